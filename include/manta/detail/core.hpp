@@ -1,0 +1,120 @@
+// detail/core.hpp: the small interface between manta's header templates and the
+// compiled runtime: object ids, reference nodes, encoded values and the entry points.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace manta {
+
+/// 128-bit identity of an object, unique across the cluster.
+struct object_id {
+  std::uint64_t hi = 0;  ///< runtime epoch (high 32 bits) and creating process (low 32 bits)
+  std::uint64_t lo = 0;  ///< sequence number inside the creating process
+  bool empty() const noexcept { return hi == 0 && lo == 0; }
+  friend bool operator==(const object_id&, const object_id&) = default;
+};
+
+namespace detail {
+
+/// A process-local, reference-counted node behind every object_ref. In the driver
+/// it is the directory entry itself; in a worker, a slot of its local ref table.
+struct ref_node {
+  virtual ~ref_node() = default;
+  object_id id;
+  std::atomic<std::int64_t> count{0};  ///< object_refs in this process pointing here
+  std::uint32_t epoch = 0;             ///< runtime generation that created the node
+};
+
+/// Called when the last object_ref of this process pointing at `n` goes away.
+void release_slow(ref_node* n) noexcept;
+
+inline void acquire(ref_node* n) noexcept {
+  if (n) n->count.fetch_add(1, std::memory_order_relaxed);
+}
+inline void release(ref_node* n) noexcept {
+  if (n && n->count.fetch_sub(1, std::memory_order_acq_rel) == 1) release_slow(n);
+}
+
+/// Values up to this size travel inline in messages; larger ones go to the arena.
+inline constexpr std::size_t max_inline_bytes = 64 * 1024;
+
+/// A value ready to be stored: its type tag and bytes, either owned or borrowed
+/// from the caller's object for the duration of the call (no copy for raw data).
+struct encoded_value {
+  std::uint64_t type_tag = 0;
+  std::string owned;                   ///< bytes when the encoder produced them
+  const void* borrowed = nullptr;      ///< bytes of the caller's own object otherwise
+  std::size_t size = 0;
+  std::vector<object_id> contained;    ///< refs serialised inside the value
+  const void* data() const noexcept { return borrowed ? borrowed : owned.data(); }
+};
+
+/// A sealed object's bytes as seen by this process; valid while a ref is held.
+struct object_data {
+  std::uint64_t type_tag = 0;
+  const std::byte* data = nullptr;
+  std::size_t size = 0;
+};
+
+using clock = std::chrono::steady_clock;
+using deadline = clock::time_point;
+inline constexpr deadline no_deadline = deadline::max();
+
+template <class Rep, class Period>
+deadline deadline_after(std::chrono::duration<Rep, Period> d) {
+  auto now = clock::now();
+  if (d >= std::chrono::duration_cast<std::chrono::duration<Rep, Period>>(no_deadline - now))
+    return no_deadline;
+  return now + std::chrono::duration_cast<clock::duration>(d);
+}
+
+// ---- entry points implemented by the runtime (driver or worker, whichever this process is)
+
+/// Store a value; returns a node holding one count.
+/// @throws usage_error without a runtime; object_store_full when it cannot fit.
+ref_node* put_value(const encoded_value& v);
+
+/// Wait until the object is sealed and return its bytes; rethrows its failure.
+/// @throws task_error, worker_crashed_error, timeout_error, usage_error
+object_data fetch(ref_node* n, deadline until);
+
+/// Wait until `num` of `nodes` are sealed (or failed) or `until` passes; sets ready[i].
+void wait_nodes(std::span<ref_node* const> nodes, std::size_t num, deadline until,
+                std::vector<bool>& ready);
+
+/// The node for an id read from a serialised ref; returns it holding one count.
+ref_node* ref_from_id(const object_id& id);
+
+/// Name of a type tag, if this process has seen it (for error messages).
+std::string type_name_of_tag(std::uint64_t tag);
+void remember_type_name(std::uint64_t tag, const char* mangled);
+
+/// Collects the ids of refs serialised while it is installed (per thread).
+struct ref_collector {
+  explicit ref_collector(std::vector<object_id>& out) noexcept;
+  ~ref_collector();
+  ref_collector(const ref_collector&) = delete;
+  ref_collector& operator=(const ref_collector&) = delete;
+  static void note(const object_id& id) noexcept;
+
+ private:
+  std::vector<object_id>* out_;
+  ref_collector* previous_;
+};
+
+}  // namespace detail
+}  // namespace manta
+
+template <>
+struct std::hash<manta::object_id> {
+  std::size_t operator()(const manta::object_id& id) const noexcept {
+    return static_cast<std::size_t>((id.hi * 0x9e3779b97f4a7c15ULL) ^ id.lo);
+  }
+};

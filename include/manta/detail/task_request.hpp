@@ -1,0 +1,58 @@
+// detail/task_request.hpp: a task as the header templates hand it to the runtime.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <manta/detail/core.hpp>
+
+namespace manta::detail {
+
+struct function_info;
+
+/// What a task asks of the node, set by the builder's options.
+struct task_options {
+  double num_cpus = 1;
+  int max_retries = 3;
+  bool retry_exceptions = false;
+  std::string name;  ///< shown in errors instead of the function's name when set
+};
+
+/// How a worker applies the function to the arguments.
+enum class call_mode : std::uint8_t {
+  call = 0,     ///< f(args...)
+  map = 1,      ///< one argument, a vector of inputs: [f(x) for x]
+  starmap = 2,  ///< one argument, a vector of tuples: [f(xs...) for xs]
+};
+
+struct task_request {
+  const function_info* function = nullptr;
+  call_mode mode = call_mode::call;
+  std::uint16_t num_returns = 1;
+  task_options options;
+  std::string args;               ///< the argument blob written by arg_writer
+  std::uint16_t arg_count = 0;
+  std::vector<ref_node*> deps;    ///< counted refs that arguments are resolved from
+  std::vector<object_id> contained;  ///< refs serialised inside value arguments
+};
+
+/// Appends arguments to a request. Values above max_inline_bytes are put into the
+/// arena first and passed as refs, so a large argument is written once.
+class arg_writer {
+ public:
+  explicit arg_writer(task_request& request) noexcept : request_(request) {}
+  /// A value argument (copied now; `v` may borrow the caller's bytes).
+  void value(const encoded_value& v);
+  /// An argument resolved from `node` once sealed; `tag` is the stored type it expects.
+  void ref(ref_node* node, std::uint64_t tag);
+
+ private:
+  task_request& request_;
+};
+
+/// Submit; writes `request.num_returns` counted nodes to `returns`.
+/// @throws usage_error without a runtime, or for a request the node can never run.
+void submit(task_request&& request, ref_node** returns);
+
+}  // namespace manta::detail

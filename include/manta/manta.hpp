@@ -1,0 +1,12 @@
+// manta.hpp: everything a user needs. Ray's programming model for C++: remote
+// functions, futures (object_ref), a shared-memory object store and process pools.
+#pragma once
+
+#include <manta/errors.hpp>
+#include <manta/object_ref.hpp>
+#include <manta/options.hpp>
+#include <manta/pool.hpp>
+#include <manta/registry.hpp>
+#include <manta/runtime.hpp>
+#include <manta/serialization.hpp>
+#include <manta/task.hpp>

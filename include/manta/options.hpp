@@ -1,0 +1,29 @@
+// options.hpp: the settings of manta::init.
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <string>
+
+namespace manta {
+
+/// Settings for `manta::init`; an aggregate, so `manta::init({.num_workers = 4})` works.
+/// Fields are declared in the order design.md gives.
+struct options {
+  /// Worker processes in the local pool; 0 means one per CPU.
+  int num_workers = 0;
+  /// Size of the shared-memory object arena; 0 means 30% of RAM, capped by /dev/shm.
+  std::size_t object_store_bytes = 0;
+  /// GPUs this node offers; -1 means detect.
+  int num_gpus = -1;
+  /// Custom resources this node offers, e.g. {{"sensor", 2}}. "CPU" overrides the CPU count.
+  std::map<std::string, double> resources;
+  /// Head address to join a cluster (HOST:PORT); empty runs a single node.
+  std::string address;
+  /// Where logs and spilled objects go; empty means /tmp/manta.
+  std::string log_dir;
+  /// Make a second `init` a no-op instead of a usage_error.
+  bool ignore_reinit = false;
+};
+
+}  // namespace manta

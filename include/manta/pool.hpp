@@ -1,0 +1,210 @@
+// pool.hpp: manta::pool, the multiprocessing.Pool replacement built on tasks.
+// Inputs are cut into chunks, one task per chunk, so mapping a million tiny items
+// costs little more than the work itself.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <iterator>
+#include <optional>
+#include <ranges>
+#include <tuple>
+#include <vector>
+
+#include <manta/object_ref.hpp>
+#include <manta/registry.hpp>
+#include <manta/task.hpp>
+
+namespace manta {
+namespace detail {
+
+/// Number of workers of the running node (for automatic chunk sizes).
+std::size_t worker_count();
+
+inline std::size_t auto_chunksize(std::size_t n, std::size_t chunksize) {
+  if (chunksize) return chunksize;
+  std::size_t parts = std::max<std::size_t>(1, worker_count() * 4);
+  return std::max<std::size_t>(1, (n + parts - 1) / parts);
+}
+
+/// Submits f over [first, first + n) of `items` as one map or starmap task.
+template <class R, class X, class Items>
+object_ref<std::vector<R>> submit_chunk(const function_info& fn, call_mode mode,
+                                        const Items& items, std::size_t first, std::size_t n) {
+  task_request request;
+  request.function = &fn;
+  request.mode = mode;
+  arg_writer writer(request);
+  using Item = std::ranges::range_value_t<Items>;
+  if constexpr (is_raw_v<std::vector<X>> && std::ranges::contiguous_range<Items> &&
+                std::is_same_v<Item, X>) {
+    encoded_value e;  // borrow the caller's contiguous bytes: no copy before the store
+    e.type_tag = type_tag<std::vector<X>>();
+    e.borrowed = std::ranges::data(items) + first;
+    e.size = n * sizeof(X);
+    writer.value(e);
+  } else {
+    auto begin = std::next(std::ranges::begin(items), static_cast<std::ptrdiff_t>(first));
+    std::vector<X> chunk(begin, std::next(begin, static_cast<std::ptrdiff_t>(n)));
+    writer.value(encode(chunk));
+  }
+  ref_node* out[1];
+  submit(std::move(request), out);
+  return object_ref<std::vector<R>>(out[0]);
+}
+
+template <class R, class X, class Items>
+std::vector<object_ref<std::vector<R>>> submit_chunks(const function_info& fn, call_mode mode,
+                                                      const Items& items, std::size_t chunksize) {
+  const std::size_t n = static_cast<std::size_t>(std::ranges::distance(items));
+  chunksize = auto_chunksize(n, chunksize);
+  std::vector<object_ref<std::vector<R>>> chunks;
+  chunks.reserve((n + chunksize - 1) / chunksize);
+  for (std::size_t i = 0; i < n; i += chunksize)
+    chunks.push_back(submit_chunk<R, X>(fn, mode, items, i, std::min(chunksize, n - i)));
+  return chunks;
+}
+
+/// Appends a chunk's results to `out`; raw results are copied straight from the store.
+template <class R>
+void append_chunk(const object_ref<std::vector<R>>& chunk, std::vector<R>& out) {
+  if constexpr (is_raw_v<std::vector<R>>) {
+    object_data d = fetch(chunk.node(), no_deadline);
+    check_tag<std::vector<R>>(d);
+    std::size_t old = out.size();
+    out.resize(old + d.size / sizeof(R));
+    if (d.size) std::memcpy(out.data() + old, d.data, d.size);
+  } else {
+    std::vector<R> part = get(chunk);
+    std::move(part.begin(), part.end(), std::back_inserter(out));
+  }
+}
+
+template <class F>
+const function_info& mapped_function(F f, bool star) {
+  const function_info& fn = function_for(reinterpret_cast<erased_fn>(f));
+  if ((star ? fn.starmap : fn.map) == nullptr)
+    throw usage_error("manta: pool cannot map '" + fn.name + "' (it returns void or takes spans)");
+  return fn;
+}
+
+}  // namespace detail
+
+/// Results of imap / imap_unordered: an input range yielding each R as it is ready.
+/// Single pass; not thread-safe.
+template <class R>
+class result_stream {
+ public:
+  result_stream(std::vector<object_ref<std::vector<R>>> chunks, bool ordered)
+      : pending_(std::move(chunks)), ordered_(ordered) {}
+
+  /// The next result, or nullopt at the end. Rethrows a chunk's failure.
+  std::optional<R> next() {
+    while (buffer_.empty()) {
+      if (pending_.empty()) return std::nullopt;
+      std::size_t pick = 0;
+      if (!ordered_) {
+        auto [ready, rest] = manta::wait(pending_, 1);
+        pick = static_cast<std::size_t>(
+            std::find(pending_.begin(), pending_.end(), ready.front()) - pending_.begin());
+      }
+      std::vector<R> part = get(pending_[pick]);
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(pick));
+      buffer_.assign(std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
+    }
+    R r = std::move(buffer_.front());
+    buffer_.pop_front();
+    return r;
+  }
+
+  class iterator {
+   public:
+    using value_type = R;
+    using difference_type = std::ptrdiff_t;
+    iterator() = default;
+    explicit iterator(result_stream* s) : stream_(s) { ++*this; }
+    const R& operator*() const { return *current_; }
+    iterator& operator++() {
+      current_ = stream_->next();
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    friend bool operator==(const iterator& it, std::default_sentinel_t) { return !it.current_; }
+
+   private:
+    result_stream* stream_ = nullptr;
+    std::optional<R> current_;
+  };
+  iterator begin() { return iterator(this); }
+  std::default_sentinel_t end() { return {}; }
+
+ private:
+  std::vector<object_ref<std::vector<R>>> pending_;
+  std::deque<R> buffer_;
+  bool ordered_;
+};
+
+/// A process pool in the style of multiprocessing.Pool, running on the runtime's
+/// workers. Functions must be registered with MANTA_REMOTE. Thread-safe.
+///
+///     manta::pool p;
+///     std::vector<int> squares = p.map(square, std::vector<int>{1, 2, 3});
+class pool {
+ public:
+  /// Uses the running runtime's workers.
+  /// @throws usage_error without a runtime.
+  pool();
+
+  /// [f(x) for x in xs], in order. `chunksize` 0 picks about 4 chunks per worker.
+  template <class R, class P, std::ranges::sized_range Items>
+  std::vector<R> map(R (*f)(P), const Items& xs, std::size_t chunksize = 0) const {
+    auto chunks = detail::submit_chunks<R, detail::param_t<P>>(detail::mapped_function(f, false),
+                                                               detail::call_mode::map, xs, chunksize);
+    std::vector<R> out;
+    out.reserve(std::ranges::size(xs));
+    for (const auto& c : chunks) detail::append_chunk(c, out);
+    return out;
+  }
+
+  /// [f(a, b, ...) for (a, b, ...) in tuples], in order.
+  template <class R, class... P, std::ranges::sized_range Items>
+  std::vector<R> starmap(R (*f)(P...), const Items& tuples, std::size_t chunksize = 0) const {
+    auto chunks = detail::submit_chunks<R, std::tuple<detail::param_t<P>...>>(
+        detail::mapped_function(f, true), detail::call_mode::starmap, tuples, chunksize);
+    std::vector<R> out;
+    out.reserve(std::ranges::size(tuples));
+    for (const auto& c : chunks) detail::append_chunk(c, out);
+    return out;
+  }
+
+  /// Results in order, each available as soon as its chunk is done.
+  template <class R, class P, std::ranges::sized_range Items>
+  result_stream<R> imap(R (*f)(P), const Items& xs, std::size_t chunksize = 0) const {
+    return {detail::submit_chunks<R, detail::param_t<P>>(detail::mapped_function(f, false),
+                                                         detail::call_mode::map, xs, chunksize),
+            true};
+  }
+
+  /// Results in the order their chunks finish.
+  template <class R, class P, std::ranges::sized_range Items>
+  result_stream<R> imap_unordered(R (*f)(P), const Items& xs, std::size_t chunksize = 0) const {
+    return {detail::submit_chunks<R, detail::param_t<P>>(detail::mapped_function(f, false),
+                                                         detail::call_mode::map, xs, chunksize),
+            false};
+  }
+
+  /// f(args...) as one task; same as manta::task(f).remote(args...).
+  template <class R, class... P, class... A>
+  object_ref<R> apply_async(R (*f)(P...), A&&... args) const {
+    return task(f).remote(std::forward<A>(args)...);
+  }
+
+  /// f(args...) as one task, waiting for its result.
+  template <class R, class... P, class... A>
+  R apply(R (*f)(P...), A&&... args) const {
+    return get(task(f).remote(std::forward<A>(args)...));
+  }
+};
+
+}  // namespace manta

@@ -1,0 +1,169 @@
+// serialization.hpp: how values become bytes. Contiguous arithmetic data
+// (arithmetic scalars, std::vector<E>, std::array<E, N>, std::string) moves as raw
+// bytes; every other type goes through cereal's binary archive.
+#pragma once
+
+#include <array>
+#include <cstring>
+#include <span>
+#include <streambuf>
+#include <string>
+#include <type_traits>
+#include <typeinfo>
+#include <vector>
+
+#include <cereal/archives/binary.hpp>
+#include <cereal/types/array.hpp>
+#include <cereal/types/chrono.hpp>
+#include <cereal/types/complex.hpp>
+#include <cereal/types/deque.hpp>
+#include <cereal/types/list.hpp>
+#include <cereal/types/map.hpp>
+#include <cereal/types/memory.hpp>
+#include <cereal/types/optional.hpp>
+#include <cereal/types/set.hpp>
+#include <cereal/types/string.hpp>
+#include <cereal/types/tuple.hpp>
+#include <cereal/types/unordered_map.hpp>
+#include <cereal/types/unordered_set.hpp>
+#include <cereal/types/utility.hpp>
+#include <cereal/types/variant.hpp>
+#include <cereal/types/vector.hpp>
+
+#include <manta/detail/core.hpp>
+#include <manta/errors.hpp>
+
+namespace manta {
+
+/// True for types stored as their raw bytes: arithmetic scalars, std::vector and
+/// std::array of arithmetic elements (not bool vectors), and std::string.
+template <class T>
+struct is_raw : std::bool_constant<std::is_arithmetic_v<T>> {};
+template <class E, class A>
+struct is_raw<std::vector<E, A>>
+    : std::bool_constant<std::is_arithmetic_v<E> && !std::is_same_v<E, bool>> {};
+template <class E, std::size_t N>
+struct is_raw<std::array<E, N>> : std::bool_constant<std::is_arithmetic_v<E>> {};
+template <>
+struct is_raw<std::string> : std::true_type {};
+template <class T>
+inline constexpr bool is_raw_v = is_raw<T>::value;
+
+namespace detail {
+
+constexpr std::uint64_t fnv1a(std::string_view s) noexcept {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  return h;
+}
+
+/// Stable tag of a type, the same in every process of one binary: the hash of its
+/// mangled name. Used to check that a ref is read as the type it was stored as.
+template <class T>
+std::uint64_t type_tag() {
+  static const std::uint64_t tag = [] {
+    const char* name = typeid(T).name();
+    std::uint64_t t = fnv1a(name);
+    remember_type_name(t, name);
+    return t;
+  }();
+  return tag;
+}
+
+/// A streambuf appending to a std::string, so cereal writes without iostream copies.
+class string_sink : public std::streambuf {
+ public:
+  explicit string_sink(std::string& out) : out_(out) {}
+
+ protected:
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    out_.append(s, static_cast<std::size_t>(n));
+    return n;
+  }
+  int_type overflow(int_type c) override {
+    if (c != traits_type::eof()) out_.push_back(static_cast<char>(c));
+    return c;
+  }
+
+ private:
+  std::string& out_;
+};
+
+/// A read-only streambuf over a byte span.
+class span_source : public std::streambuf {
+ public:
+  explicit span_source(std::span<const std::byte> bytes) {
+    char* p = const_cast<char*>(reinterpret_cast<const char*>(bytes.data()));
+    setg(p, p, p + bytes.size());
+  }
+};
+
+template <class T>
+constexpr bool is_vector_v = false;
+template <class E, class A>
+constexpr bool is_vector_v<std::vector<E, A>> = true;
+
+/// Encode a value. Raw types borrow the caller's bytes (no copy); others are
+/// serialised by cereal, collecting the ids of any object_ref inside.
+template <class T>
+encoded_value encode(const T& value) {
+  encoded_value e;
+  e.type_tag = type_tag<T>();
+  if constexpr (std::is_arithmetic_v<T>) {
+    e.borrowed = &value;
+    e.size = sizeof(T);
+  } else if constexpr (is_raw_v<T>) {
+    e.borrowed = value.data();
+    e.size = value.size() * sizeof(*value.data());
+  } else {
+    ref_collector collect(e.contained);
+    string_sink sink(e.owned);
+    std::ostream os(&sink);
+    {
+      cereal::BinaryOutputArchive archive(os);
+      archive(value);
+    }
+    e.size = e.owned.size();
+  }
+  return e;
+}
+
+/// Decode a value stored as `T`.
+/// @throws usage_error if the bytes are malformed for T.
+template <class T>
+T decode(std::span<const std::byte> bytes) {
+  if constexpr (std::is_arithmetic_v<T>) {
+    if (bytes.size() != sizeof(T))
+      throw usage_error("manta: stored value has " + std::to_string(bytes.size()) +
+                        " bytes, expected " + std::to_string(sizeof(T)));
+    T v;
+    std::memcpy(&v, bytes.data(), sizeof(T));
+    return v;
+  } else if constexpr (is_raw_v<T>) {
+    using E = std::remove_cvref_t<decltype(*std::declval<T&>().data())>;
+    if (bytes.size() % sizeof(E) != 0)
+      throw usage_error("manta: stored array has a size that is not a multiple of its element");
+    T v{};
+    if constexpr (is_vector_v<T> || std::is_same_v<T, std::string>) {
+      v.resize(bytes.size() / sizeof(E));
+    } else if (bytes.size() != sizeof(T)) {
+      throw usage_error("manta: stored std::array has the wrong length");
+    }
+    if (!bytes.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());
+    return v;
+  } else {
+    span_source source(bytes);
+    std::istream is(&source);
+    T v{};
+    try {
+      cereal::BinaryInputArchive archive(is);
+      archive(v);
+    } catch (const cereal::Exception& e) {
+      throw usage_error(std::string("manta: cannot decode stored value: ") + e.what());
+    }
+    return v;
+  }
+}
+
+}  // namespace detail
+}  // namespace manta

@@ -1,0 +1,151 @@
+// task.hpp: remote functions. `manta::task(f).remote(args...)` submits f to the
+// worker pool and returns an object_ref to its result at once.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include <manta/detail/task_request.hpp>
+#include <manta/object_ref.hpp>
+#include <manta/registry.hpp>
+
+namespace manta {
+namespace detail {
+
+/// Encodes argument `a` for a parameter of type P: refs to plain parameters are
+/// resolved by the scheduler, refs to object_ref parameters pass as borrowed refs,
+/// values are serialised (spans as raw bytes).
+template <class P, class A>
+void encode_arg(arg_writer& w, A&& a) {
+  using S = param_t<P>;
+  using D = std::remove_cvref_t<A>;
+  if constexpr (is_object_ref_v<D>) {
+    using U = typename D::value_type;
+    if constexpr (is_object_ref_v<S>) {
+      static_assert(std::is_same_v<S, D>, "manta: an object_ref parameter needs a ref of the same type");
+      w.value(encode<S>(a));
+    } else if constexpr (is_span_v<S>) {
+      using E = std::remove_const_t<typename S::element_type>;
+      static_assert(std::is_same_v<U, std::vector<E>>,
+                    "manta: a std::span<const E> parameter takes an object_ref<std::vector<E>>");
+      if (!a.valid()) throw usage_error("manta: an empty object_ref passed as a task argument");
+      w.ref(a.node(), type_tag<U>());
+    } else {
+      static_assert(std::is_same_v<S, U>,
+                    "manta: object_ref<U> passed where the parameter is neither U nor object_ref<U>");
+      if (!a.valid()) throw usage_error("manta: an empty object_ref passed as a task argument");
+      w.ref(a.node(), type_tag<U>());
+    }
+  } else if constexpr (is_span_v<S>) {
+    using E = std::remove_const_t<typename S::element_type>;
+    std::span<const E> s(a);
+    encoded_value e;
+    e.type_tag = type_tag<std::vector<E>>();
+    e.borrowed = s.data();
+    e.size = s.size_bytes();
+    w.value(e);
+  } else if constexpr (std::is_same_v<S, D>) {
+    w.value(encode<S>(a));
+  } else {
+    static_assert(std::is_constructible_v<S, A&&>,
+                  "manta: an argument does not convert to the function's parameter type");
+    const S converted(std::forward<A>(a));
+    w.value(encode<S>(converted));
+  }
+}
+
+template <class R>
+struct return_refs {
+  using type = object_ref<R>;
+};
+
+}  // namespace detail
+
+/// Builder for one call of a registered function; options chain, `remote` submits.
+/// Not thread-safe itself; make one per call (they are cheap).
+///
+///     auto r = manta::task(square).max_retries(0).remote(4);
+template <std::size_t N, class R, class... P>
+class task_builder {
+ public:
+  explicit task_builder(R (*f)(P...)) noexcept : fn_(f) {}
+
+  /// CPUs the task holds while it runs (fractions allowed; default 1).
+  task_builder& num_cpus(double n) {
+    if (!(n >= 0)) throw usage_error("manta: num_cpus must be >= 0");
+    options_.num_cpus = n;
+    return *this;
+  }
+  /// Times to re-run the task when its worker dies (default 3; -1 = forever).
+  task_builder& max_retries(int n) {
+    options_.max_retries = n;
+    return *this;
+  }
+  /// Also retry (up to max_retries) when the task throws.
+  task_builder& retry_exceptions(bool on = true) {
+    options_.retry_exceptions = on;
+    return *this;
+  }
+  /// Name shown in errors and status instead of the function's name.
+  task_builder& name(std::string n) {
+    options_.name = std::move(n);
+    return *this;
+  }
+  /// For a function returning std::tuple<A, B, ...>: one ref per element.
+  template <std::size_t K>
+  task_builder<K, R, P...> num_returns() const {
+    static_assert(K >= 1);
+    static_assert(K == 1 || detail::tuple_size_or_zero<R> == K,
+                  "manta: num_returns<K> needs a function returning a std::tuple of K elements");
+    task_builder<K, R, P...> b(fn_);
+    b.options_ = options_;
+    return b;
+  }
+
+  /// Submit the call; returns at once. Arguments may be values or object_refs.
+  /// @returns object_ref<R>, or a std::tuple of K refs after num_returns<K>().
+  /// @throws usage_error if f is not registered or the runtime is not running.
+  template <class... A>
+  auto remote(A&&... args) const {
+    static_assert(sizeof...(A) == sizeof...(P),
+                  "manta: remote() takes exactly the function's arguments");
+    detail::task_request request;
+    request.function = &detail::function_for(reinterpret_cast<detail::erased_fn>(fn_));
+    request.options = options_;
+    request.num_returns = static_cast<std::uint16_t>(N);
+    detail::arg_writer writer(request);
+    (detail::encode_arg<P>(writer, std::forward<A>(args)), ...);
+    std::array<detail::ref_node*, N> out{};
+    detail::submit(std::move(request), out.data());
+    if constexpr (N == 1) {
+      return object_ref<R>(out[0]);
+    } else {
+      return [&]<std::size_t... I>(std::index_sequence<I...>) {
+        return std::tuple<object_ref<std::tuple_element_t<I, R>>...>(
+            object_ref<std::tuple_element_t<I, R>>(out[I])...);
+      }(std::make_index_sequence<N>{});
+    }
+  }
+
+ private:
+  template <std::size_t, class, class...>
+  friend class task_builder;
+  R (*fn_)(P...);
+  detail::task_options options_;
+};
+
+/// The builder for a function registered with MANTA_REMOTE.
+template <class R, class... P>
+task_builder<1, R, P...> task(R (*f)(P...)) {
+  return task_builder<1, R, P...>(f);
+}
+template <class R, class... P>
+task_builder<1, R, P...> task(R (*f)(P...) noexcept) {
+  return task_builder<1, R, P...>(static_cast<R (*)(P...)>(f));
+}
+
+}  // namespace manta

@@ -1,0 +1,78 @@
+// ipc/channel.hpp: one direction of a pipe between two manta processes, with
+// batched writes (outbox) and batched reads (inbox). A shared-memory sequence
+// word, bumped after every write, lets the reader spin briefly without syscalls
+// before it sleeps on the pipe; the pipe stays the blocking path and carries EOF.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ipc/frame.hpp"
+
+namespace manta::ipc {
+
+/// Buffered frames waiting to be written to a pipe.
+class outbox {
+ public:
+  outbox() = default;
+  outbox(int fd, std::atomic<std::uint32_t>* doorbell) : fd_(fd), doorbell_(doorbell) {}
+
+  std::string& buffer() noexcept { return buf_; }
+  bool empty() const noexcept { return sent_ == buf_.size(); }
+  std::size_t pending() const noexcept { return buf_.size() - sent_; }
+  int fd() const noexcept { return fd_; }
+
+  /// Writes what the pipe takes without blocking (or everything, on a blocking fd).
+  /// @returns false if the reader is gone (EPIPE).
+  bool flush();
+
+ private:
+  int fd_ = -1;
+  std::atomic<std::uint32_t>* doorbell_ = nullptr;
+  std::string buf_;
+  std::size_t sent_ = 0;
+};
+
+/// Frames read from a pipe; frames are 8-aligned in the buffer.
+class inbox {
+ public:
+  inbox() = default;
+  explicit inbox(int fd);
+  inbox(inbox&&) noexcept = default;
+  inbox& operator=(inbox&&) noexcept = default;
+
+  int fd() const noexcept { return fd_; }
+  enum class status { data, empty, closed };
+  /// Reads what is available without blocking (the fd is non-blocking).
+  /// Invalidates frames returned earlier.
+  status read_some();
+  /// The next complete frame, if any. @throws protocol_error on a malformed header.
+  bool next(frame& f);
+  /// Whether a complete frame is buffered.
+  bool has_frame() const;
+
+ private:
+  int fd_ = -1;
+  std::unique_ptr<std::byte[]> buf_;
+  std::size_t cap_ = 0, begin_ = 0, end_ = 0;
+};
+
+/// Spins (pausing, yielding) until `seq` differs from `seen` or `spin_ns` pass.
+/// @returns true if it changed.
+bool spin_for_change(const std::atomic<std::uint32_t>& seq, std::uint32_t seen,
+                     std::int64_t spin_ns) noexcept;
+
+/// How long readers spin before sleeping on their pipe (MANTA_SPIN_US, default 50).
+std::int64_t spin_budget_ns() noexcept;
+
+/// Blocks until fd is readable or timeout_ms passes (-1 = forever).
+void wait_readable(int fd, int timeout_ms) noexcept;
+
+/// Makes a pipe pair with the given capacity; both ends close-on-exec.
+void make_pipe(int fds[2], int capacity);
+void set_nonblocking(int fd, bool on);
+
+}  // namespace manta::ipc

@@ -1,0 +1,18 @@
+// ipc/fd_passing.hpp: small messages with file descriptors attached (SCM_RIGHTS)
+// over a Unix seqpacket socket; how the zygote hands a new process's pipes to the driver.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace manta::ipc {
+
+/// Sends `len` bytes and `fds` as one packet. @returns false if the peer is gone.
+bool send_packet(int sock, const void* data, std::size_t len, std::span<const int> fds = {});
+
+/// Receives one packet; fds arrive close-on-exec.
+/// @returns bytes received, 0 on EOF, -1 if nothing is ready (non-blocking socket).
+long recv_packet(int sock, void* data, std::size_t cap, std::vector<int>* fds);
+
+}  // namespace manta::ipc

@@ -1,0 +1,183 @@
+// process/context.cpp: the entry points of detail/core.hpp and task_request.hpp,
+// dispatching to this process's context; and small shared helpers (type names,
+// ref collection).
+#include "process/context.hpp"
+
+#include <cxxabi.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+
+#include <manta/errors.hpp>
+#include <manta/pool.hpp>
+#include <manta/registry.hpp>
+
+#include "process/args_blob.hpp"
+
+namespace manta::process {
+namespace {
+std::atomic<process_context*> current{nullptr};
+// Entry points hold it shared; tearing a context down holds it exclusively.
+std::shared_mutex context_mu;
+thread_local bool exclusive_here = false;
+thread_local int shared_depth = 0;  // entry points nest (get -> release -> ...)
+}  // namespace
+
+exclusive_context_scope::exclusive_context_scope() {
+  context_mu.lock();
+  exclusive_here = true;
+}
+exclusive_context_scope::~exclusive_context_scope() {
+  exclusive_here = false;
+  context_mu.unlock();
+}
+
+/// Keeps the current context alive for the duration of one entry point.
+class context_use {
+ public:
+  context_use() : counted_(!exclusive_here) {
+    if (counted_ && shared_depth++ == 0) context_mu.lock_shared();
+  }
+  ~context_use() {
+    if (counted_ && --shared_depth == 0) context_mu.unlock_shared();
+  }
+  context_use(const context_use&) = delete;
+  context_use& operator=(const context_use&) = delete;
+
+ private:
+  bool counted_;
+};
+
+process_context* current_context() noexcept { return current.load(std::memory_order_acquire); }
+void set_current_context(process_context* c) noexcept { current.store(c, std::memory_order_release); }
+
+process_context& require_context(const char* what) {
+  process_context* c = current_context();
+  if (!c)
+    throw usage_error(std::string("manta: ") + what +
+                      " needs a running runtime; call manta::init() first");
+  return *c;
+}
+
+}  // namespace manta::process
+
+namespace manta::detail {
+using process::context_use;
+using process::require_context;
+
+void release_slow(ref_node* n) noexcept {
+  context_use use;
+  process::process_context* c = process::current_context();
+  if (c && n->epoch == c->epoch())
+    c->release(n);
+  else
+    delete n;  // the runtime that made it is gone: nothing else refers to it
+}
+
+ref_node* put_value(const encoded_value& v) {
+  context_use use;
+  return require_context("put").put(v);
+}
+
+object_data fetch(ref_node* n, deadline until) {
+  context_use use;
+  return require_context("get").fetch(n, until);
+}
+
+void wait_nodes(std::span<ref_node* const> nodes, std::size_t num, deadline until,
+                std::vector<bool>& ready) {
+  context_use use;
+  require_context("wait").wait(nodes, num, until, ready);
+}
+
+ref_node* ref_from_id(const object_id& id) {
+  context_use use;
+  return require_context("reading an object_ref").ref_from_id(id);
+}
+
+void submit(task_request&& request, ref_node** returns) {
+  context_use use;
+  require_context("task(...).remote").submit(std::move(request), returns);
+}
+
+std::size_t worker_count() {
+  context_use use;
+  return require_context("pool").worker_count();
+}
+
+void arg_writer::value(const encoded_value& v) {
+  if (v.size > max_inline_bytes) {
+    // Large arguments are stored once and passed by reference.
+    ref_node* n = put_value(v);
+    request_.deps.push_back(n);
+    process::append_arg_header(request_.args, process::arg_kind::ref, v.type_tag,
+                               static_cast<std::uint32_t>(request_.deps.size() - 1));
+  } else {
+    process::append_arg_header(request_.args, process::arg_kind::value, v.type_tag,
+                               static_cast<std::uint32_t>(v.size));
+    request_.args.append(static_cast<const char*>(v.data()), v.size);
+    request_.contained.insert(request_.contained.end(), v.contained.begin(), v.contained.end());
+  }
+  ++request_.arg_count;
+}
+
+void arg_writer::ref(ref_node* node, std::uint64_t tag) {
+  acquire(node);
+  request_.deps.push_back(node);
+  process::append_arg_header(request_.args, process::arg_kind::ref, tag,
+                             static_cast<std::uint32_t>(request_.deps.size() - 1));
+  ++request_.arg_count;
+}
+
+namespace {
+std::mutex type_names_mu;
+std::unordered_map<std::uint64_t, std::string>& type_names() {
+  static auto* names = new std::unordered_map<std::uint64_t, std::string>();
+  return *names;
+}
+thread_local ref_collector* active_collector = nullptr;
+}  // namespace
+
+std::string demangle(const char* mangled) {
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
+                                           std::free);
+  return status == 0 && d ? std::string(d.get()) : std::string(mangled);
+}
+
+void remember_type_name(std::uint64_t tag, const char* mangled) {
+  std::lock_guard lock(type_names_mu);
+  type_names().emplace(tag, demangle(mangled));
+}
+
+std::string type_name_of_tag(std::uint64_t tag) {
+  std::lock_guard lock(type_names_mu);
+  auto it = type_names().find(tag);
+  return it != type_names().end() ? it->second : "type#" + std::to_string(tag);
+}
+
+void throw_arg_mismatch(std::size_t index, std::uint64_t expected, std::uint64_t got) {
+  throw usage_error("manta: argument " + std::to_string(index) + " was stored as " +
+                    type_name_of_tag(got) + " but the parameter expects " +
+                    type_name_of_tag(expected));
+}
+
+ref_collector::ref_collector(std::vector<object_id>& out) noexcept
+    : out_(&out), previous_(active_collector) {
+  active_collector = this;
+}
+ref_collector::~ref_collector() { active_collector = previous_; }
+void ref_collector::note(const object_id& id) noexcept {
+  if (active_collector) active_collector->out_->push_back(id);
+}
+
+}  // namespace manta::detail
+
+namespace manta {
+pool::pool() { process::require_context("manta::pool"); }
+}  // namespace manta

@@ -1,0 +1,57 @@
+// process/context.hpp: what a manta process can do for the header templates.
+// The driver's node runtime and a worker's runtime both implement it; the entry
+// points of detail/core.hpp dispatch to the current one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <span>
+#include <vector>
+
+#include <manta/detail/core.hpp>
+#include <manta/detail/task_request.hpp>
+
+namespace manta::process {
+
+class process_context {
+ public:
+  virtual ~process_context() = default;
+  virtual detail::ref_node* put(const detail::encoded_value& v) = 0;
+  virtual detail::object_data fetch(detail::ref_node* n, detail::deadline until) = 0;
+  virtual void wait(std::span<detail::ref_node* const> nodes, std::size_t num,
+                    detail::deadline until, std::vector<bool>& ready) = 0;
+  virtual detail::ref_node* ref_from_id(const object_id& id) = 0;
+  /// The last local count of `n` is gone.
+  virtual void release(detail::ref_node* n) noexcept = 0;
+  virtual void submit(detail::task_request&& request, detail::ref_node** returns) = 0;
+  virtual std::size_t worker_count() const noexcept = 0;
+  virtual std::uint32_t epoch() const noexcept = 0;
+  virtual bool is_worker() const noexcept = 0;
+};
+
+/// The context of this process, or nullptr. Thread-safe.
+process_context* current_context() noexcept;
+void set_current_context(process_context* c) noexcept;
+
+/// The context, or a usage_error naming `what` was attempted without a runtime.
+process_context& require_context(const char* what);
+
+}  // namespace manta::process
+
+namespace manta::detail {
+/// Readable name of a mangled type name.
+std::string demangle(const char* mangled);
+}  // namespace manta::detail
+
+namespace manta::process {
+/// While alive, this thread holds the context lock exclusively: no other thread
+/// is inside an entry point, and releases on this thread do not take the lock.
+/// Used to tear a context down.
+class exclusive_context_scope {
+ public:
+  exclusive_context_scope();
+  ~exclusive_context_scope();
+  exclusive_context_scope(const exclusive_context_scope&) = delete;
+  exclusive_context_scope& operator=(const exclusive_context_scope&) = delete;
+};
+}  // namespace manta::process

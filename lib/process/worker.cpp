@@ -1,0 +1,523 @@
+// process/worker.cpp: the worker runtime. Tasks arrive on the driver's pipe and
+// run one at a time; a task that waits in get/wait tells the driver (which lends
+// its CPU) and runs whatever tasks the driver sends meanwhile, nested on its
+// stack, so a fixed pool never deadlocks on nested tasks. Results go back in
+// batches; large values are written once into arena extents the driver grants.
+#include "process/worker.hpp"
+
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <typeinfo>
+#include <unordered_map>
+#include <vector>
+
+#include <manta/errors.hpp>
+#include <manta/registry.hpp>
+
+#include "ipc/channel.hpp"
+#include "ipc/protocol.hpp"
+#include "observe/log.hpp"
+#include "process/context.hpp"
+
+namespace manta::process {
+namespace {
+
+using detail::ref_node;
+using ipc::msg;
+
+/// A ref held by this worker: what it knows of the object.
+struct local_node final : ref_node {
+  bool subscribed = false;
+  bool ready = false;
+  bool failed = false;
+  std::uint64_t type_tag = 0;
+  std::uint64_t size = 0;
+  std::uint64_t offset = ipc::no_offset;
+  std::string inline_bytes;
+  ipc::error_info error;
+};
+
+/// One result of a running task, as it will be sent.
+struct result_slot {
+  bool set = false;
+  std::uint64_t tag = 0, size = 0, offset = ipc::no_offset;
+  std::string inline_bytes;
+  std::vector<object_id> contained;
+};
+
+class worker_runtime;
+
+/// The invocation a task's invoker sees: arguments from the copied frame or the arena.
+class task_invocation final : public detail::invocation {
+ public:
+  task_invocation(worker_runtime& w, std::vector<detail::arg_view> args, std::size_t num_returns)
+      : worker_(w), args_(std::move(args)), results_(num_returns) {}
+  std::size_t arg_count() const override { return args_.size(); }
+  detail::arg_view arg(std::size_t i) const override { return args_.at(i); }
+  std::size_t num_returns() const override { return results_.size(); }
+  void set_result(std::size_t i, const detail::encoded_value& v) override;
+  std::vector<result_slot>& results() { return results_; }
+
+ private:
+  worker_runtime& worker_;
+  std::vector<detail::arg_view> args_;
+  std::vector<result_slot> results_;
+};
+
+class worker_runtime final : public process_context {
+ public:
+  explicit worker_runtime(const worker_config& c)
+      : cfg_(c),
+        slot_(c.control->slots[c.slot]),
+        in_(c.from_driver),
+        out_(c.to_driver, &c.control->driver_seq),
+        id_hi_((std::uint64_t{c.epoch} << 32) | (c.process_number & 0xffffffffu)) {
+    ipc::set_nonblocking(c.from_driver, true);
+  }
+
+  [[noreturn]] void run() {
+    for (;;) {
+      while (!deferred_.empty()) {
+        std::string body = std::move(deferred_.front());
+        deferred_.pop_front();
+        execute(reinterpret_cast<const std::byte*>(body.data()), body.size());
+      }
+      pump(no_nested::no, detail::no_deadline, [this] { return !deferred_.empty(); });
+    }
+  }
+
+  // ---- process_context
+
+  ref_node* put(const detail::encoded_value& v) override {
+    std::lock_guard lock(mu_);
+    auto* n = new local_node();
+    n->id = next_id();
+    n->epoch = cfg_.epoch;
+    n->count.store(1, std::memory_order_relaxed);
+    n->ready = true;
+    n->type_tag = v.type_tag;
+    n->size = v.size;
+    store_value(v, n->offset, n->inline_bytes);
+    {
+      ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::put));
+      w.put(n->id);
+      write_contained(w, v.contained);
+      ipc::write_location(w, v.type_tag, v.size, n->offset, n->inline_bytes.data());
+    }
+    table_.emplace(n->id, n);
+    return n;
+  }
+
+  detail::object_data fetch(ref_node* node, detail::deadline until) override {
+    std::lock_guard lock(mu_);
+    auto* n = checked(node);
+    if (!n->ready) {
+      subscribe({n});
+      bool ok = blocked_wait(until, [n] { return n->ready; });
+      if (!ok) throw timeout_error("manta: get timed out waiting for an object");
+    }
+    if (n->failed) ipc::throw_error(n->error);
+    const std::byte* data = n->offset == ipc::no_offset
+                                ? reinterpret_cast<const std::byte*>(n->inline_bytes.data())
+                                : cfg_.arena_base + n->offset;
+    return {n->type_tag, data, n->size};
+  }
+
+  void wait(std::span<ref_node* const> nodes, std::size_t num, detail::deadline until,
+            std::vector<bool>& ready) override {
+    std::lock_guard lock(mu_);
+    std::vector<local_node*> ns;
+    for (auto* node : nodes) ns.push_back(checked(node));
+    auto count = [&] {
+      std::size_t k = 0;
+      for (auto* n : ns) k += n->ready;
+      return k;
+    };
+    if (count() < num) {
+      subscribe(ns);
+      blocked_wait(until, [&] { return count() >= num; });
+    }
+    ready.assign(ns.size(), false);
+    for (std::size_t i = 0; i < ns.size(); ++i) ready[i] = ns[i]->ready;
+  }
+
+  ref_node* ref_from_id(const object_id& id) override {
+    std::lock_guard lock(mu_);
+    if ((id.hi >> 32) != cfg_.epoch)
+      throw usage_error("manta: an object_ref from another runtime was used");
+    auto it = table_.find(id);
+    if (it != table_.end()) {
+      it->second->count.fetch_add(1, std::memory_order_relaxed);
+      return it->second;
+    }
+    auto* n = new local_node();
+    n->id = id;
+    n->epoch = cfg_.epoch;
+    n->count.store(1, std::memory_order_relaxed);
+    table_.emplace(id, n);
+    ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::add_ref));
+    w.put(std::uint32_t{1});
+    w.put(id);
+    return n;
+  }
+
+  void release(ref_node* node) noexcept override {
+    std::lock_guard lock(mu_);
+    if (node->count.load(std::memory_order_acquire) != 0) return;  // taken again meanwhile
+    table_.erase(node->id);
+    try {
+      ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::release));
+      w.put(std::uint32_t{1});
+      w.put(node->id);
+    } catch (...) {
+    }
+    delete node;
+  }
+
+  void submit(detail::task_request&& r, ref_node** returns) override {
+    std::lock_guard lock(mu_);
+    std::vector<local_node*> outs;
+    {
+      ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::submit));
+      w.put(r.function->id);
+      w.put(static_cast<std::uint8_t>(r.mode));
+      w.put(r.num_returns);
+      w.put(r.arg_count);
+      w.put(r.options.num_cpus);
+      w.put(static_cast<std::int32_t>(r.options.max_retries));
+      w.put(static_cast<std::uint8_t>(r.options.retry_exceptions));
+      w.string(r.options.name);
+      for (std::uint16_t i = 0; i < r.num_returns; ++i) {
+        auto* n = new local_node();
+        n->id = next_id();
+        n->epoch = cfg_.epoch;
+        n->count.store(1, std::memory_order_relaxed);
+        table_.emplace(n->id, n);
+        outs.push_back(n);
+        w.put(n->id);
+      }
+      w.put(static_cast<std::uint32_t>(r.deps.size()));
+      for (auto* d : r.deps) w.put(d->id);
+      write_contained(w, r.contained);
+      w.string(r.args);
+    }
+    // The driver holds the dependencies now; our counts can go (after the message).
+    for (auto* d : r.deps) detail::release(d);
+    r.deps.clear();
+    for (std::size_t i = 0; i < outs.size(); ++i) returns[i] = outs[i];
+  }
+
+  std::size_t worker_count() const noexcept override { return cfg_.num_workers; }
+  std::uint32_t epoch() const noexcept override { return cfg_.epoch; }
+  bool is_worker() const noexcept override { return true; }
+
+  // ---- used by task_invocation
+
+  /// Places a value: inline below the threshold, else in an extent the driver grants.
+  void store_value(const detail::encoded_value& v, std::uint64_t& offset, std::string& inline_bytes) {
+    if (v.size <= detail::max_inline_bytes) {
+      inline_bytes.assign(static_cast<const char*>(v.data()), v.size);
+      offset = ipc::no_offset;
+      return;
+    }
+    offset = allocate(v.size);
+    std::memcpy(cfg_.arena_base + offset, v.data(), v.size);
+  }
+
+  /// Holds refs serialised inside a result until the result has been sent.
+  void hold(const std::vector<object_id>& ids) {
+    for (const auto& id : ids) result_holds_.push_back(ref_from_id(id));
+  }
+
+ private:
+  enum class no_nested { no, yes };
+
+  local_node* checked(ref_node* node) {
+    if (node->epoch != cfg_.epoch)
+      throw usage_error("manta: an object_ref from another runtime was used");
+    return static_cast<local_node*>(node);
+  }
+
+  object_id next_id() { return {id_hi_, ++next_seq_}; }
+
+  static void write_contained(ipc::frame_writer& w, const std::vector<object_id>& ids) {
+    w.put(static_cast<std::uint32_t>(ids.size()));
+    for (const auto& id : ids) w.put(id);
+  }
+
+  void subscribe(const std::vector<local_node*>& ns) {
+    std::vector<object_id> ids;
+    for (auto* n : ns)
+      if (!n->ready && !n->subscribed) {
+        n->subscribed = true;
+        ids.push_back(n->id);
+      }
+    if (ids.empty()) return;
+    ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::subscribe));
+    write_contained(w, ids);
+  }
+
+  std::uint64_t current_task() const {
+    std::uint32_t d = slot_.depth.load(std::memory_order_relaxed);
+    return d ? slot_.running[d - 1].load(std::memory_order_relaxed) : 0;
+  }
+
+  /// Waits for `done` while telling the driver this task is blocked, so its CPU
+  /// is lent and tasks sent meanwhile run here, nested.
+  template <class Pred>
+  bool blocked_wait(detail::deadline until, Pred done) {
+    std::uint64_t key = current_task();
+    {
+      ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::block));
+      w.put(key);
+    }
+    bool ok = pump(no_nested::yes, until, done);
+    ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::unblock));
+    w.put(key);
+    return ok;
+  }
+
+  /// Asks the driver for an extent; tasks arriving meanwhile are deferred.
+  std::uint64_t allocate(std::size_t size) {
+    std::uint64_t request = ++next_request_;
+    {
+      ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::alloc_request));
+      w.put(request);
+      w.put(static_cast<std::uint64_t>(size));
+    }
+    pump(no_nested::no, detail::no_deadline, [&] { return alloc_replies_.count(request) > 0; });
+    std::uint64_t offset = alloc_replies_[request];
+    alloc_replies_.erase(request);
+    if (offset == ipc::no_offset)
+      throw object_store_full("manta: no room in the object store for a value of " +
+                              std::to_string(size) + " bytes");
+    return offset;
+  }
+
+  void flush() {
+    if (!out_.empty() && !out_.flush()) ::_exit(0);  // the driver is gone
+    unflushed_since_ = {};
+  }
+
+  /// Reads and handles frames until `done()` or `until`. With `nested`, tasks
+  /// run at once (the caller is blocked); otherwise they are deferred.
+  template <class Pred>
+  bool pump(no_nested nested, detail::deadline until, Pred done) {
+    for (;;) {
+      if (done()) return true;
+      ipc::frame f;
+      bool got;
+      try {
+        got = in_.next(f);
+      } catch (const ipc::protocol_error& e) {
+        MANTA_ERROR << "worker: " << e.what();
+        ::_exit(3);
+      }
+      if (got) {
+        handle(f, nested);
+        continue;
+      }
+      std::uint32_t seen = slot_.inbox_seq.load(std::memory_order_acquire);
+      auto st = in_.read_some();
+      if (st == ipc::inbox::status::data) continue;
+      if (st == ipc::inbox::status::closed) ::_exit(0);  // the driver is gone
+      flush();
+      auto now = detail::clock::now();
+      if (now >= until) return false;
+      if (ipc::spin_for_change(slot_.inbox_seq, seen, ipc::spin_budget_ns())) continue;
+      int ms = -1;
+      if (until != detail::no_deadline)
+        ms = static_cast<int>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count() + 1);
+      ipc::wait_readable(in_.fd(), ms);
+    }
+  }
+
+  void handle(const ipc::frame& f, no_nested nested) {
+    auto r = f.reader();
+    switch (static_cast<msg>(f.type)) {
+      case msg::run_task:
+        if (nested == no_nested::yes) {
+          // Copy first: reading more frames while it runs would move the buffer.
+          std::string body(reinterpret_cast<const char*>(f.body), f.size);
+          execute(reinterpret_cast<const std::byte*>(body.data()), body.size());
+        } else {
+          deferred_.emplace_back(reinterpret_cast<const char*>(f.body), f.size);
+        }
+        break;
+      case msg::object_ready: {
+        auto id = r.get<object_id>();
+        auto status = r.get<std::uint8_t>();
+        auto it = table_.find(id);
+        local_node* n = it == table_.end() ? nullptr : it->second;
+        if (status == 1) {
+          auto loc = ipc::read_location(r);
+          if (n && !n->ready) {
+            n->type_tag = loc.type_tag;
+            n->size = loc.size;
+            n->offset = loc.offset;
+            if (loc.inline_data)
+              n->inline_bytes.assign(reinterpret_cast<const char*>(loc.inline_data), loc.size);
+          }
+        } else if (n && !n->ready) {
+          n->error = ipc::read_error(r);
+          n->failed = true;
+        }
+        if (n) n->ready = true;
+        break;
+      }
+      case msg::alloc_reply: {
+        auto request = r.get<std::uint64_t>();
+        alloc_replies_[request] = r.get<std::uint64_t>();
+        break;
+      }
+      default:
+        MANTA_ERROR << "worker: unexpected message " << f.type;
+        ::_exit(3);
+    }
+  }
+
+  /// Runs one task from its frame body (which stays valid throughout) and queues its result.
+  void execute(const std::byte* body, std::size_t size) {
+    ipc::frame_reader r(body, size);
+    auto key = r.get<std::uint64_t>();
+    auto fid = r.get<std::uint64_t>();
+    auto mode = static_cast<detail::call_mode>(r.get<std::uint8_t>());
+    auto nret = r.get<std::uint16_t>();
+    auto nargs = r.get<std::uint16_t>();
+    std::string name = r.string();
+    std::vector<object_id> return_ids(nret);
+    for (auto& id : return_ids) id = r.get<object_id>();
+    std::vector<detail::arg_view> args(nargs);
+    for (auto& a : args) {
+      auto loc = ipc::read_location(r);
+      a.type_tag = loc.type_tag;
+      a.size = loc.size;
+      a.data = loc.inline_data ? loc.inline_data : cfg_.arena_base + loc.offset;
+    }
+
+    const detail::function_info* fn = detail::function_by_id(fid);
+    if (name.empty() && fn) name = fn->name;
+    std::uint32_t depth = slot_.depth.load(std::memory_order_relaxed);
+    if (depth >= static_cast<std::uint32_t>(max_depth)) depth = max_depth - 1;
+    slot_.running[depth].store(key, std::memory_order_relaxed);
+    slot_.depth.store(depth + 1, std::memory_order_release);
+
+    task_invocation inv(*this, std::move(args), nret);
+    ipc::error_info error;
+    bool ok = false;
+    auto t0 = std::chrono::steady_clock::now();
+    try {
+      if (!fn) throw usage_error("manta: no function with this id is registered in the worker");
+      detail::invoker call = mode == detail::call_mode::map       ? fn->map
+                             : mode == detail::call_mode::starmap ? fn->starmap
+                                                                  : fn->call;
+      if (!call) throw usage_error("manta: '" + fn->name + "' cannot be called in this mode");
+      call(fn->fn, inv);
+      ok = true;
+      for (auto& res : inv.results())
+        if (!res.set) throw usage_error("manta: task did not produce all its returns");
+    } catch (const task_error& e) {
+      // A nested get rethrew another task's failure: pass the root cause on.
+      error = {ipc::error_kind::task_exception, e.remote_type(), e.message(), e.function_name(),
+               e.chain().empty() ? name : name + " <- " + e.chain(), e.pid(), 0};
+      ok = false;
+    } catch (const object_store_full& e) {
+      error = {ipc::error_kind::object_store_full, "manta::object_store_full", e.what(), name, {},
+               static_cast<std::int32_t>(::getpid()), 0};
+      ok = false;
+    } catch (const std::exception& e) {
+      error = {ipc::error_kind::task_exception, detail::demangle(typeid(e).name()), e.what(), name,
+               {}, static_cast<std::int32_t>(::getpid()), 0};
+      ok = false;
+    } catch (...) {
+      error = {ipc::error_kind::task_exception, "unknown exception", "a non-std exception was thrown",
+               name, {}, static_cast<std::int32_t>(::getpid()), 0};
+      ok = false;
+    }
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                  std::chrono::steady_clock::now() - t0)
+                  .count();
+    std::fflush(stdout);
+    std::fflush(stderr);
+
+    std::lock_guard lock(mu_);
+    {
+      ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::task_done));
+      w.put(key);
+      w.put(static_cast<std::uint8_t>(ok));
+      w.put(static_cast<std::uint64_t>(ns));
+      if (ok) {
+        for (auto& res : inv.results()) {
+          write_contained(w, res.contained);
+          ipc::write_location(w, res.tag, res.size, res.offset, res.inline_bytes.data());
+        }
+      } else {
+        for (auto& res : inv.results())  // extents of results that will never be sealed
+          if (res.offset != ipc::no_offset) free_extent(res.offset);
+        ipc::write_error(w, error);
+      }
+    }
+    slot_.depth.store(depth, std::memory_order_release);
+    // Refs inside the results are held by their objects now (the driver saw task_done first).
+    for (auto* n : result_holds_) detail::release(n);
+    result_holds_.clear();
+
+    if (unflushed_since_ == std::chrono::steady_clock::time_point{})
+      unflushed_since_ = std::chrono::steady_clock::now();
+    if (out_.pending() > (64u << 10) ||
+        std::chrono::steady_clock::now() - unflushed_since_ > std::chrono::microseconds(200))
+      flush();
+  }
+
+  void free_extent(std::uint64_t offset) {
+    ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::free_alloc));
+    w.put(offset);
+  }
+
+  worker_config cfg_;
+  process_slot& slot_;
+  std::recursive_mutex mu_;
+  ipc::inbox in_;
+  ipc::outbox out_;
+  std::uint64_t id_hi_;
+  std::uint64_t next_seq_ = 0;
+  std::uint64_t next_request_ = 0;
+  std::unordered_map<object_id, local_node*> table_;
+  std::unordered_map<std::uint64_t, std::uint64_t> alloc_replies_;
+  std::deque<std::string> deferred_;
+  std::vector<ref_node*> result_holds_;
+  std::chrono::steady_clock::time_point unflushed_since_{};
+};
+
+void task_invocation::set_result(std::size_t i, const detail::encoded_value& v) {
+  result_slot& res = results_.at(i);
+  if (res.set && res.offset != ipc::no_offset)
+    throw usage_error("manta: a task set the same result twice");
+  res.tag = v.type_tag;
+  res.size = v.size;
+  worker_.store_value(v, res.offset, res.inline_bytes);
+  res.contained = v.contained;
+  worker_.hold(v.contained);
+  res.set = true;
+}
+
+}  // namespace
+
+void run_worker(const worker_config& config) {
+  ::prctl(PR_SET_NAME, "manta-worker");
+  static worker_runtime* runtime = new worker_runtime(config);  // lives until _exit
+  set_current_context(runtime);
+  runtime->run();
+}
+
+}  // namespace manta::process

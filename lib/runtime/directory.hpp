@@ -1,0 +1,83 @@
+// runtime/directory.hpp: the node's object directory. Each object is an entry,
+// reference-counted by everything that holds it (driver object_refs, pending
+// tasks, worker processes, objects that contain it); freed at zero.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <tbb/concurrent_hash_map.h>
+
+#include <manta/detail/core.hpp>
+
+#include "ipc/protocol.hpp"
+#include "store/arena.hpp"
+
+namespace manta::runtime {
+
+struct task_spec;
+
+/// Object states, in the low bits of object_entry::state.
+enum : std::uint32_t {
+  state_pending = 0,
+  state_ready = 1,
+  state_failed = 2,
+  state_mask = 3,
+  state_waiters = 1u << 31,  ///< somebody sleeps until this entry is sealed
+};
+
+struct subscriber {
+  int slot;
+  std::uint64_t generation;
+};
+
+struct object_entry final : detail::ref_node {
+  ~object_entry() override;
+
+  std::atomic<std::uint32_t> state{state_pending};
+  // Set once before the entry is sealed, immutable afterwards.
+  std::uint64_t type_tag = 0;
+  std::uint64_t size = 0;
+  std::uint64_t offset = ipc::no_offset;  ///< arena extent, or inline_bytes
+  std::string inline_bytes;
+  std::unique_ptr<ipc::error_info> error;
+  std::vector<detail::ref_node*> contained;  ///< counted refs serialised inside
+  store::arena* arena = nullptr;             ///< owner of the extent; null once it is unmapped
+  // Guarded by the runtime's scheduler mutex while pending.
+  std::vector<task_spec*> dependents;
+  std::vector<subscriber> subscribers;
+
+  std::uint32_t status() const noexcept { return state.load(std::memory_order_acquire) & state_mask; }
+  const std::byte* data() const noexcept {
+    return offset == ipc::no_offset ? reinterpret_cast<const std::byte*>(inline_bytes.data())
+                                    : arena->base() + offset;
+  }
+};
+
+class directory {
+ public:
+  void insert(object_entry* e);
+  /// The entry for `id` with one more count, or nullptr.
+  object_entry* acquire(const object_id& id);
+  /// The entry for `id` without counting (the caller holds it some other way).
+  object_entry* find(const object_id& id);
+  /// Removes `e` if its count is still zero; then the caller deletes it. Every
+  /// entry is inserted before any ref to it escapes, so `false` also covers a
+  /// concurrent releaser that erased it first.
+  bool erase_if_unused(object_entry* e);
+  std::size_t size() const { return map_.size(); }
+  /// Removes and returns every entry (at shutdown).
+  std::vector<object_entry*> take_all();
+
+ private:
+  struct id_compare {
+    static std::size_t hash(const object_id& id) { return std::hash<object_id>{}(id); }
+    static bool equal(const object_id& a, const object_id& b) { return a == b; }
+  };
+  tbb::concurrent_hash_map<object_id, object_entry*, id_compare> map_;
+};
+
+}  // namespace manta::runtime

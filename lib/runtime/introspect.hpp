@@ -1,0 +1,3 @@
+// runtime/introspect.hpp: what the node holds right now, for tests and tools.
+#pragma once
+#include <manta/detail/introspect.hpp>

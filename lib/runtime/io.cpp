@@ -1,0 +1,504 @@
+// runtime/io.cpp: what processes send to the driver. The I/O thread (or a user
+// thread waiting in get, which takes the poll role to save a wake-up) reads the
+// pipes, handles each frame under the scheduler mutex, forwards worker output
+// with a (pid=N) prefix, and turns the zygote's reports into spawns and deaths.
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "ipc/fd_passing.hpp"
+#include "observe/log.hpp"
+#include "runtime/node_runtime.hpp"
+
+namespace manta::runtime {
+namespace {
+constexpr std::uint64_t ev_worker_in = 1, ev_stdout = 2, ev_stderr = 3, ev_writable = 4,
+                        ev_zygote = 5, ev_wake = 6;
+
+std::uint64_t ev_id(std::uint64_t kind, int slot) {
+  return (kind << 32) | static_cast<std::uint32_t>(slot);
+}
+
+std::string describe_exit(int status) {
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char* abbrev = sigabbrev_np(sig);
+    return "signal " + std::to_string(sig) + " (SIG" + (abbrev ? abbrev : "?") + ": " +
+           strsignal(sig) + ")";
+  }
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  return "unknown status " + std::to_string(status);
+}
+}  // namespace
+
+void node_runtime::wake_io() {
+  std::uint64_t one = 1;
+  if (wake_fd_ >= 0) [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+}
+
+void node_runtime::io_loop() {
+  std::unique_lock poll(poll_mu_);
+  while (!stopping_.load(std::memory_order_acquire)) {
+    std::uint32_t seen = control_->driver_seq.load(std::memory_order_acquire);
+    if (poll_events(0) > 0) continue;
+    if (ipc::spin_for_change(control_->driver_seq, seen, ipc::spin_budget_ns())) continue;
+    poll.unlock();
+    epoll_event ev;
+    while (::epoll_wait(epoll_fd_, &ev, 1, -1) < 0 && errno == EINTR) {
+    }
+    poll.lock();
+  }
+}
+
+int node_runtime::poll_events(int timeout_ms) {
+  epoll_event evs[64];
+  int n = ::epoll_wait(epoll_fd_, evs, 64, timeout_ms);
+  for (int i = 0; i < n; ++i) {
+    std::uint64_t kind = evs[i].data.u64 >> 32;
+    int slot = static_cast<int>(evs[i].data.u64 & 0xffffffffu);
+    switch (kind) {
+      case ev_worker_in:
+        drain_worker(*workers_[slot]);
+        break;
+      case ev_stdout:
+      case ev_stderr:
+        forward_output(*workers_[slot], kind == ev_stderr, false);
+        break;
+      case ev_writable: {
+        std::lock_guard lock(mu_);
+        worker_link& w = *workers_[slot];
+        if (w.st == worker_link::state::alive) {
+          w.out.flush();
+          if (w.out.empty() && w.write_armed) {
+            w.write_armed = false;
+            epoll_event ev{0, {.u64 = ev_id(ev_writable, slot)}};
+            ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, w.out_fd, &ev);
+          }
+        }
+        break;
+      }
+      case ev_zygote:
+        handle_zygote();
+        break;
+      case ev_wake: {
+        std::uint64_t v;
+        [[maybe_unused]] auto r = ::read(wake_fd_, &v, sizeof v);
+        break;
+      }
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    flush_dirty();
+  }
+  return std::max(n, 0);
+}
+
+void node_runtime::drain_worker(worker_link& w) {
+  for (int round = 0; round < 16; ++round) {
+    auto st = w.in.read_some();
+    if (st == ipc::inbox::status::closed) {
+      std::lock_guard lock(mu_);
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, w.in_fd, nullptr);
+      w.input_closed = true;
+      // Frames still buffered before the EOF are handled first.
+      try {
+        ipc::frame f;
+        while (w.in.next(f)) handle_frame(w, f);
+      } catch (const ipc::protocol_error&) {
+      }
+      if (w.exited) finalize_death(w);
+      return;
+    }
+    {
+      std::lock_guard lock(mu_);
+      try {
+        ipc::frame f;
+        while (w.in.next(f)) handle_frame(w, f);
+      } catch (const ipc::protocol_error& e) {
+        kill_worker(w, e.what());
+        return;
+      }
+    }
+    if (st == ipc::inbox::status::empty) return;
+  }
+}
+
+void node_runtime::kill_worker(worker_link& w, const std::string& why) {
+  MANTA_ERROR << "worker pid " << w.pid << " sent a malformed message (" << why
+              << "); replacing it";
+  if (w.pid > 0) ::kill(w.pid, SIGKILL);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, w.in_fd, nullptr);
+  w.input_closed = true;
+  if (w.exited) finalize_death(w);
+}
+
+void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
+  auto r = f.reader();
+  switch (static_cast<ipc::msg>(f.type)) {
+    case ipc::msg::task_done:
+      on_task_done(w, r);
+      break;
+    case ipc::msg::submit:
+      on_submit(w, r);
+      break;
+    case ipc::msg::put:
+      on_put(w, r);
+      break;
+    case ipc::msg::add_ref: {
+      auto n = r.get<std::uint32_t>();
+      for (std::uint32_t i = 0; i < n; ++i) {
+        auto id = r.get<object_id>();
+        if (w.holds.insert(id).second && !dir_.acquire(id)) w.holds.erase(id);
+      }
+      break;
+    }
+    case ipc::msg::release: {
+      auto n = r.get<std::uint32_t>();
+      for (std::uint32_t i = 0; i < n; ++i) {
+        auto id = r.get<object_id>();
+        if (w.holds.erase(id))
+          if (object_entry* e = dir_.find(id)) detail::release(e);
+      }
+      break;
+    }
+    case ipc::msg::subscribe: {
+      auto n = r.get<std::uint32_t>();
+      for (std::uint32_t i = 0; i < n; ++i) {
+        object_entry* e = dir_.find(r.get<object_id>());
+        if (!e) continue;
+        subscriber s{w.slot, w.generation};
+        if (e->status() == state_pending) e->subscribers.push_back(s);
+        else notify(s, e);
+      }
+      break;
+    }
+    case ipc::msg::alloc_request: {
+      auto request = r.get<std::uint64_t>();
+      auto size = r.get<std::uint64_t>();
+      std::uint64_t off = arena_->allocate(size);
+      if (off != store::no_extent) w.extents[off] = size;
+      {
+        ipc::frame_writer reply(w.out.buffer(), static_cast<std::uint16_t>(ipc::msg::alloc_reply));
+        reply.put(request);
+        reply.put(off == store::no_extent ? ipc::no_offset : off);
+      }
+      mark_dirty(w, true);
+      break;
+    }
+    case ipc::msg::free_alloc: {
+      auto off = r.get<std::uint64_t>();
+      if (w.extents.erase(off)) arena_->deallocate(off);
+      break;
+    }
+    case ipc::msg::block:
+    case ipc::msg::unblock: {
+      bool block = static_cast<ipc::msg>(f.type) == ipc::msg::block;
+      auto it = tasks_.find(r.get<std::uint64_t>());
+      if (it == tasks_.end() || it->second->worker != w.slot) break;
+      task_spec& t = *it->second;
+      if (block && !t.blocked) {
+        return_cpu(w, t);  // lend its CPU while it waits
+        t.blocked = true;
+        ++w.blocked;
+        if (!t.is_default()) ++w.nondefault;
+      } else if (!block && t.blocked) {
+        t.blocked = false;
+        --w.blocked;
+        if (!t.is_default()) --w.nondefault;
+        take_cpu(w, t);
+      }
+      dispatch();
+      break;
+    }
+    default:
+      throw ipc::protocol_error("manta: unknown message type " + std::to_string(f.type));
+  }
+}
+
+void node_runtime::on_task_done(worker_link& w, ipc::frame_reader& r) {
+  auto key = r.get<std::uint64_t>();
+  bool ok = r.get<std::uint8_t>() != 0;
+  auto ns = r.get<std::uint64_t>();
+  auto it = tasks_.find(key);
+  if (it == tasks_.end() || it->second->worker != w.slot)
+    throw ipc::protocol_error("manta: result for a task this worker was not running");
+  task_spec* t = it->second;
+  w.in_flight.erase(std::find(w.in_flight.begin(), w.in_flight.end(), t));
+  return_cpu(w, *t);
+  t->worker = -1;
+  if (ok) {
+    for (auto* e : t->returns) {
+      auto n = r.get<std::uint32_t>();
+      std::vector<object_id> contained(n);
+      for (auto& id : contained) id = r.get<object_id>();
+      auto loc = ipc::read_location(r);
+      if (loc.offset != ipc::no_offset && !w.extents.count(loc.offset))
+        throw ipc::protocol_error("manta: result in an extent never granted");
+      seal(e, loc, std::move(contained), &w);
+    }
+    auto& s = stats_[t->fn->id ^ (static_cast<std::uint64_t>(t->mode) << 62)];
+    s.ewma_ns = s.known ? (s.ewma_ns * 7 + static_cast<double>(ns)) / 8 : static_cast<double>(ns);
+    s.known = true;
+    finish_task(t);
+  } else {
+    ipc::error_info err = ipc::read_error(r);
+    bool retry = t->options.retry_exceptions && err.kind == ipc::error_kind::task_exception &&
+                 (t->options.max_retries < 0 || t->attempts < t->options.max_retries);
+    if (retry) {
+      ++t->attempts;
+      ready_.push_back(t);
+    } else {
+      fail_task(t, err);
+    }
+  }
+  dispatch();
+}
+
+void node_runtime::on_submit(worker_link& w, ipc::frame_reader& r) {
+  auto t = std::make_unique<task_spec>();
+  auto fid = r.get<std::uint64_t>();
+  t->fn = detail::function_by_id(fid);
+  if (!t->fn) throw ipc::protocol_error("manta: nested task names an unknown function");
+  t->mode = static_cast<detail::call_mode>(r.get<std::uint8_t>());
+  t->num_returns = r.get<std::uint16_t>();
+  t->arg_count = r.get<std::uint16_t>();
+  t->options.num_cpus = r.get<double>();
+  t->options.max_retries = r.get<std::int32_t>();
+  t->options.retry_exceptions = r.get<std::uint8_t>() != 0;
+  t->options.name = r.string();
+  for (std::uint16_t i = 0; i < t->num_returns; ++i) {
+    auto id = r.get<object_id>();
+    if ((id.hi >> 32) != epoch_) throw ipc::protocol_error("manta: nested task with a foreign id");
+    object_entry* e = new_entry(id, 2);  // the worker's ref and the task's hold
+    w.holds.insert(id);
+    dir_.insert(e);
+    t->returns.push_back(e);
+  }
+  auto ndeps = r.get<std::uint32_t>();
+  for (std::uint32_t i = 0; i < ndeps; ++i) {
+    object_entry* e = dir_.acquire(r.get<object_id>());
+    if (!e) throw ipc::protocol_error("manta: nested task depends on an unknown object");
+    t->deps.push_back(e);
+  }
+  auto ncontained = r.get<std::uint32_t>();
+  for (std::uint32_t i = 0; i < ncontained; ++i)
+    if (object_entry* e = dir_.acquire(r.get<object_id>())) t->contained.push_back(e);
+  t->args = r.string();
+  if (t->options.num_cpus > cpu_total_ + 1e-9) {
+    t->key = ++next_key_;
+    task_spec* raw = t.release();
+    tasks_.emplace(raw->key, raw);
+    fail_task(raw, {ipc::error_kind::usage, "manta::usage_error",
+                    "manta: task '" + raw->name() + "' asks for more CPU than this node has",
+                    raw->name(), {}, 0, 0});
+    return;
+  }
+  t->key = ++next_key_;
+  task_spec* raw = t.release();
+  tasks_.emplace(raw->key, raw);
+  register_task(raw);
+}
+
+void node_runtime::on_put(worker_link& w, ipc::frame_reader& r) {
+  auto id = r.get<object_id>();
+  if ((id.hi >> 32) != epoch_) throw ipc::protocol_error("manta: put with a foreign id");
+  auto n = r.get<std::uint32_t>();
+  std::vector<object_id> contained(n);
+  for (auto& c : contained) c = r.get<object_id>();
+  auto loc = ipc::read_location(r);
+  if (loc.offset != ipc::no_offset && !w.extents.count(loc.offset))
+    throw ipc::protocol_error("manta: put into an extent never granted");
+  object_entry* e = new_entry(id, 1);  // the worker's ref
+  w.holds.insert(id);
+  seal(e, loc, std::move(contained), &w);
+  dir_.insert(e);
+}
+
+void node_runtime::forward_output(worker_link& w, bool err, bool drain) {
+  int fd = err ? w.stderr_fd : w.stdout_fd;
+  std::string& partial = err ? w.stderr_partial : w.stdout_partial;
+  std::string out;
+  const std::string prefix = "(pid=" + std::to_string(w.pid) + ") ";
+  char buf[8192];
+  bool eof = false;
+  // Draining waits for EOF, bounded in case a stray process still holds the pipe.
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n > 0) {
+      partial.append(buf, static_cast<std::size_t>(n));
+      std::size_t start = 0, nl;
+      while ((nl = partial.find('\n', start)) != std::string::npos) {
+        out += prefix;
+        out.append(partial, start, nl - start + 1);
+        start = nl + 1;
+      }
+      partial.erase(0, start);
+      if (!drain && out.size() > (1 << 16)) break;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      if (!drain) break;
+      if (std::chrono::steady_clock::now() > give_up) {
+        eof = true;
+        break;
+      }
+      ipc::wait_readable(fd, 100);
+      continue;
+    }
+    eof = true;
+    break;
+  }
+  if (eof && !partial.empty()) {
+    out += prefix + partial + "\n";
+    partial.clear();
+  }
+  if (!out.empty()) {
+    FILE* stream = err ? stderr : stdout;
+    std::fwrite(out.data(), 1, out.size(), stream);
+    std::fflush(stream);
+  }
+  if (eof) {
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    ::close(fd);
+    (err ? w.stderr_fd : w.stdout_fd) = -1;
+  }
+}
+
+// ---- processes
+
+void node_runtime::request_spawn(int slot) {
+  worker_link& w = *workers_[slot];
+  w.st = worker_link::state::starting;
+  ++w.generation;
+  control_->slots[slot].depth.store(0, std::memory_order_relaxed);
+  process::zygote_request req{process::zygote_request::spawn_worker, slot, ++next_process_number_};
+  if (!ipc::send_packet(zygote_.socket, &req, sizeof req))
+    MANTA_ERROR << "cannot reach the zygote to start a worker";
+}
+
+void node_runtime::handle_zygote() {
+  for (;;) {
+    process::zygote_reply r{};
+    std::vector<int> fds;
+    long n = ipc::recv_packet(zygote_.socket, &r, sizeof r, &fds);
+    if (n < 0) return;  // nothing more now
+    if (n == 0) {
+      if (!stopping_.load()) MANTA_ERROR << "the zygote died; no worker can be replaced";
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, zygote_.socket, nullptr);
+      return;
+    }
+    std::lock_guard lock(mu_);
+    if (r.kind == process::zygote_reply::spawned && fds.size() == 4) {
+      on_spawned(r, fds);
+    } else if (r.kind == process::zygote_reply::exited) {
+      if (r.pid < 0) MANTA_ERROR << "the zygote could not fork a worker: " << std::strerror(r.status);
+      else on_exited(r.pid, r.status);
+    }
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+  }
+}
+
+void node_runtime::on_spawned(const process::zygote_reply& r, std::vector<int>& fds) {
+  if (r.slot < 0 || r.slot >= static_cast<int>(workers_.size())) return;
+  worker_link& w = *workers_[r.slot];
+  w.pid = r.pid;
+  w.out_fd = std::exchange(fds[0], -1);
+  w.in_fd = std::exchange(fds[1], -1);
+  w.stdout_fd = std::exchange(fds[2], -1);
+  w.stderr_fd = std::exchange(fds[3], -1);
+  for (int fd : {w.out_fd, w.in_fd, w.stdout_fd, w.stderr_fd}) ipc::set_nonblocking(fd, true);
+  w.out = ipc::outbox(w.out_fd, &control_->slots[r.slot].inbox_seq);
+  w.in = ipc::inbox(w.in_fd);
+  w.input_closed = w.exited = w.dirty = w.flush_now = w.write_armed = false;
+  w.in_flight.clear();
+  w.blocked = w.active_default = w.nondefault = 0;
+  w.holds_cpu = false;
+  epoll_event in{EPOLLIN, {.u64 = ev_id(ev_worker_in, r.slot)}};
+  epoll_event out{EPOLLIN, {.u64 = ev_id(ev_stdout, r.slot)}};
+  epoll_event err{EPOLLIN, {.u64 = ev_id(ev_stderr, r.slot)}};
+  epoll_event wr{0, {.u64 = ev_id(ev_writable, r.slot)}};
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.in_fd, &in);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.stdout_fd, &out);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.stderr_fd, &err);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.out_fd, &wr);
+  w.st = worker_link::state::alive;
+  dispatch();
+}
+
+void node_runtime::on_exited(pid_t pid, int status) {
+  for (auto& wp : workers_) {
+    worker_link& w = *wp;
+    if (w.pid != pid || w.st == worker_link::state::dead) continue;
+    w.exited = true;
+    w.exit_status = status;
+    if (w.input_closed) finalize_death(w);
+    return;
+  }
+}
+
+void node_runtime::finalize_death(worker_link& w) {
+  if (w.st == worker_link::state::dead) return;
+  const std::string cause = describe_exit(w.exit_status);
+  MANTA_DEBUG << "worker pid " << w.pid << " ended: " << cause;
+  // Which tasks were executing (not merely queued) when it died.
+  const process::process_slot& slot = control_->slots[w.slot];
+  std::uint32_t depth = std::min<std::uint32_t>(slot.depth.load(), process::max_depth);
+  auto was_running = [&](std::uint64_t key) {
+    for (std::uint32_t i = 0; i < depth; ++i)
+      if (slot.running[i].load() == key) return true;
+    return false;
+  };
+  std::vector<task_spec*> lost = std::move(w.in_flight);
+  w.in_flight.clear();
+  std::vector<std::pair<task_spec*, ipc::error_info>> failed;
+  for (auto it = lost.rbegin(); it != lost.rend(); ++it) {  // keep their order at the queue front
+    task_spec* t = *it;
+    return_cpu(w, *t);
+    if (was_running(t->key)) {
+      ++t->attempts;
+      if (t->options.max_retries >= 0 && t->attempts > t->options.max_retries) {
+        int sig = WIFSIGNALED(w.exit_status) ? WTERMSIG(w.exit_status) : 0;
+        failed.emplace_back(t, ipc::error_info{ipc::error_kind::worker_crashed, "",
+                                               "manta: worker pid " + std::to_string(w.pid) +
+                                                   " running '" + t->name() + "' died from " + cause +
+                                                   " (tried " + std::to_string(t->attempts) + " times)",
+                                               t->name(), {}, w.pid, sig});
+        continue;
+      }
+    }
+    requeue_front(t);
+  }
+  w.blocked = w.active_default = w.nondefault = 0;
+  if (w.holds_cpu) cpu_used_ -= 1;
+  w.holds_cpu = false;
+  for (auto& [off, size] : w.extents) arena_->deallocate(off);
+  w.extents.clear();
+  for (const auto& id : w.holds)
+    if (object_entry* e = dir_.find(id)) detail::release(e);
+  w.holds.clear();
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, w.out_fd, nullptr);
+  ::close(w.out_fd);
+  ::close(w.in_fd);
+  w.out_fd = w.in_fd = -1;
+  w.out = ipc::outbox();
+  w.in = ipc::inbox();
+  // Forward its last lines now: the slot's next process gets new pipes.
+  if (w.stdout_fd >= 0) forward_output(w, false, true);
+  if (w.stderr_fd >= 0) forward_output(w, true, true);
+  w.st = worker_link::state::dead;
+  for (auto& [t, err] : failed) fail_task(t, err);
+  if (!stopping_.load()) request_spawn(w.slot);
+  dispatch();
+}
+
+}  // namespace manta::runtime

@@ -1,0 +1,380 @@
+// runtime/node_runtime.cpp: starting and stopping the node, and the calls user
+// threads make (put, get, wait, submit, ref counting).
+#include "runtime/node_runtime.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <system_error>
+
+#include <manta/errors.hpp>
+
+#include "ipc/fd_passing.hpp"
+#include "ipc/futex.hpp"
+#include "observe/log.hpp"
+#include "process/args_blob.hpp"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define MANTA_CPU_PAUSE() _mm_pause()
+#else
+#define MANTA_CPU_PAUSE() ((void)0)
+#endif
+
+namespace manta::runtime {
+
+/// Counts a user call in progress so shutdown waits for it; refuses calls once stopping.
+struct call_guard {
+  explicit call_guard(node_runtime& r) : r_(r) {
+    r_.active_calls_.fetch_add(1, std::memory_order_acq_rel);
+    if (r_.stopping_.load(std::memory_order_acquire)) {
+      r_.active_calls_.fetch_sub(1, std::memory_order_acq_rel);
+      throw usage_error("manta: the runtime is shutting down");
+    }
+  }
+  ~call_guard() { r_.active_calls_.fetch_sub(1, std::memory_order_acq_rel); }
+  node_runtime& r_;
+};
+
+task_spec::~task_spec() {
+  for (auto* e : deps) detail::release(e);
+  for (auto* e : contained) detail::release(e);
+  for (auto* e : returns) detail::release(e);
+}
+
+namespace {
+std::uint32_t random_epoch() {
+  std::random_device rd;
+  std::uint32_t e = 0;
+  while (e == 0) e = rd();
+  return e;
+}
+
+void ignore_sigpipe() {
+  // A write to a dead worker's pipe must return EPIPE, not kill the driver.
+  struct sigaction old{};
+  ::sigaction(SIGPIPE, nullptr, &old);
+  if (old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+}
+
+constexpr std::uint64_t ev_worker_in = 1, ev_stdout = 2, ev_stderr = 3, ev_writable = 4,
+                        ev_zygote = 5, ev_wake = 6;
+}  // namespace
+
+node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epoch()) {
+  int n = opts.num_workers > 0 ? opts.num_workers
+                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (n > process::max_slots) throw usage_error("manta: num_workers is above " + std::to_string(process::max_slots));
+  auto cpu = opts.resources.find("CPU");
+  cpu_total_ = cpu != opts.resources.end() ? cpu->second : n;
+  ignore_sigpipe();
+
+  // The arena and control block are mapped before the fork so every process inherits them.
+  arena_ = std::make_unique<store::arena>(opts.object_store_bytes ? opts.object_store_bytes
+                                                                   : store::arena::default_size());
+  control_ = process::map_control_block();
+  process::zygote_config zc;
+  zc.epoch = epoch_;
+  zc.num_workers = static_cast<std::size_t>(n);
+  zc.control = control_;
+  zc.arena_base = arena_->base();
+  zygote_ = process::start_zygote(zc);  // the process is still single-threaded here
+
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  epoll_event ev{EPOLLIN, {.u64 = ev_wake << 32}};
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+
+  for (int i = 0; i < n; ++i) {
+    auto w = std::make_unique<worker_link>();
+    w->slot = i;
+    workers_.push_back(std::move(w));
+  }
+  ipc::set_nonblocking(zygote_.socket, true);
+  {
+    std::lock_guard lock(mu_);
+    for (int i = 0; i < n; ++i) request_spawn(i);
+  }
+  // Wait for the pool, synchronously: no thread runs yet.
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto started = [&] {
+    return std::all_of(workers_.begin(), workers_.end(),
+                       [](auto& w) { return w->st == worker_link::state::alive; });
+  };
+  while (!started()) {
+    if (std::chrono::steady_clock::now() > until) {
+      finish_stop();
+      throw error("manta: the worker pool did not start");
+    }
+    ipc::wait_readable(zygote_.socket, 100);
+    handle_zygote();
+  }
+  epoll_event zev{EPOLLIN, {.u64 = ev_zygote << 32}};
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, zygote_.socket, &zev);
+  io_thread_ = std::thread([this] { io_loop(); });
+}
+
+node_runtime::~node_runtime() {
+  if (!stopped_) {
+    begin_stop();
+    finish_stop();
+  }
+}
+
+void node_runtime::begin_stop() {
+  stopping_.store(true, std::memory_order_release);
+  wake_io();
+  if (io_thread_.joinable()) io_thread_.join();
+  wake_waiters();
+  // Threads blocked in get/wait see stopping_ and leave with usage_error.
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (active_calls_.load(std::memory_order_acquire) > 0 &&
+         std::chrono::steady_clock::now() < until) {
+    wake_waiters();
+    std::this_thread::yield();
+  }
+}
+
+void node_runtime::finish_stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  // The zygote kills and reaps every worker, then exits.
+  if (zygote_.pid > 0) {
+    process::zygote_request stop{process::zygote_request::stop, -1, 0};
+    ipc::send_packet(zygote_.socket, &stop, sizeof stop);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    int status = 0;
+    for (;;) {
+      pid_t r = ::waitpid(zygote_.pid, &status, WNOHANG);
+      if (r == zygote_.pid || (r < 0 && errno != EINTR)) break;
+      if (std::chrono::steady_clock::now() > until) {
+        ::kill(zygote_.pid, SIGKILL);
+        ::waitpid(zygote_.pid, &status, 0);
+        break;
+      }
+      ipc::wait_readable(zygote_.socket, 10);
+      char sink[64];
+      while (ipc::recv_packet(zygote_.socket, sink, sizeof sink, nullptr) > 0) {
+      }
+    }
+  }
+  for (auto& w : workers_) {
+    // Every writer is dead now, so the output pipes end with EOF.
+    if (w->stdout_fd >= 0) forward_output(*w, false, true);
+    if (w->stderr_fd >= 0) forward_output(*w, true, true);
+  }
+  // Drop every internal hold; what users still hold becomes an orphan.
+  for (auto& [key, t] : tasks_) delete t;
+  tasks_.clear();
+  ready_.clear();
+  for (auto& w : workers_) {
+    for (const auto& id : w->holds)
+      if (auto* e = dir_.find(id)) detail::release(e);
+    w->holds.clear();
+    w->in_flight.clear();
+    for (int fd : {w->out_fd, w->in_fd, w->stdout_fd, w->stderr_fd})
+      if (fd >= 0) ::close(fd);
+    w->out_fd = w->in_fd = w->stdout_fd = w->stderr_fd = -1;
+  }
+  for (auto* e : dir_.take_all()) e->arena = nullptr;  // the arena is unmapped below
+  if (zygote_.socket >= 0) ::close(zygote_.socket);
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (wake_fd_ >= 0) ::close(wake_fd_);
+  zygote_ = {};
+  epoll_fd_ = wake_fd_ = -1;
+  process::unmap_control_block(control_);
+  control_ = nullptr;
+  arena_.reset();
+}
+
+std::vector<pid_t> node_runtime::process_ids() {
+  std::lock_guard lock(mu_);
+  std::vector<pid_t> pids{zygote_.pid};
+  for (auto& w : workers_)
+    if (w->st == worker_link::state::alive) pids.push_back(w->pid);
+  return pids;
+}
+
+// ---- objects
+
+object_id node_runtime::next_object_id() noexcept {
+  return {std::uint64_t{epoch_} << 32, next_object_seq_.fetch_add(1, std::memory_order_relaxed) + 1};
+}
+
+object_entry* node_runtime::new_entry(const object_id& id, std::int64_t count) {
+  auto* e = new object_entry();
+  e->id = id;
+  e->epoch = epoch_;
+  e->count.store(count, std::memory_order_relaxed);
+  e->arena = arena_.get();
+  return e;
+}
+
+object_entry* node_runtime::checked(detail::ref_node* n) {
+  if (n->epoch != epoch_)
+    throw usage_error("manta: an object_ref from another runtime (or from before a shutdown) was used");
+  return static_cast<object_entry*>(n);
+}
+
+void node_runtime::wake_waiters() {
+  seal_seq_.fetch_add(1, std::memory_order_acq_rel);
+  ipc::futex_wake_all(seal_seq_);
+}
+
+void node_runtime::publish(object_entry* e, std::uint32_t status) {
+  std::uint32_t old = e->state.exchange(status, std::memory_order_acq_rel);
+  if (old & state_waiters) wake_waiters();
+}
+
+detail::ref_node* node_runtime::put(const detail::encoded_value& v) {
+  call_guard guard(*this);
+  std::unique_ptr<object_entry> e(new_entry(next_object_id(), 1));
+  e->type_tag = v.type_tag;
+  e->size = v.size;
+  if (v.size <= detail::max_inline_bytes) {
+    e->inline_bytes.assign(static_cast<const char*>(v.data()), v.size);
+  } else {
+    std::uint64_t off = arena_->allocate(v.size);
+    if (off == store::no_extent)
+      throw object_store_full("manta: put of " + std::to_string(v.size) +
+                              " bytes does not fit: the object store has " +
+                              std::to_string(arena_->free_bytes()) + " of " +
+                              std::to_string(arena_->capacity()) + " bytes free");
+    e->offset = off;
+    std::memcpy(arena_->base() + off, v.data(), v.size);
+  }
+  for (const auto& id : v.contained) {
+    object_entry* c = dir_.acquire(id);
+    if (!c) throw usage_error("manta: put of a value holding an object_ref that no longer exists");
+    e->contained.push_back(c);
+  }
+  e->state.store(state_ready, std::memory_order_release);
+  dir_.insert(e.get());
+  return e.release();
+}
+
+template <class Done>
+bool node_runtime::wait_until(Done done, std::span<object_entry* const> watch,
+                              detail::deadline until) {
+  if (done()) return true;
+  // Spin first, polling the processes ourselves when nobody else does: the
+  // result is usually microseconds away, and waking a sleeping thread costs ~30 µs.
+  auto now = std::chrono::steady_clock::now();
+  auto spin_end = std::min(until, now + std::chrono::nanoseconds(ipc::spin_budget_ns()));
+  while (now < spin_end) {
+    if (poll_mu_.try_lock()) {
+      std::uint32_t seen = control_->driver_seq.load(std::memory_order_acquire);
+      poll_events(0);
+      poll_mu_.unlock();
+      if (done()) return true;
+      while (!done() && control_->driver_seq.load(std::memory_order_acquire) == seen &&
+             std::chrono::steady_clock::now() < spin_end) {
+        for (int i = 0; i < 32; ++i) MANTA_CPU_PAUSE();
+        std::this_thread::yield();
+      }
+    } else {
+      for (int i = 0; i < 32; ++i) MANTA_CPU_PAUSE();
+      std::this_thread::yield();
+    }
+    if (done()) return true;
+    if (stopping_.load(std::memory_order_acquire)) throw usage_error("manta: the runtime was shut down");
+    now = std::chrono::steady_clock::now();
+  }
+  for (;;) {
+    std::uint32_t seq = seal_seq_.load(std::memory_order_acquire);
+    for (auto* e : watch) e->state.fetch_or(state_waiters, std::memory_order_acq_rel);
+    if (done()) return true;
+    if (stopping_.load(std::memory_order_acquire)) throw usage_error("manta: the runtime was shut down");
+    if (std::chrono::steady_clock::now() >= until) return false;
+    ipc::futex_wait(seal_seq_, seq, until);
+  }
+}
+
+detail::object_data node_runtime::fetch(detail::ref_node* n, detail::deadline until) {
+  call_guard guard(*this);
+  object_entry* e = checked(n);
+  if (e->status() == state_pending) {
+    object_entry* watch[1] = {e};
+    if (!wait_until([e] { return e->status() != state_pending; }, watch, until))
+      throw timeout_error("manta: get timed out before the object was ready");
+  }
+  if (e->status() == state_failed) ipc::throw_error(*e->error);
+  return {e->type_tag, e->data(), e->size};
+}
+
+void node_runtime::wait(std::span<detail::ref_node* const> nodes, std::size_t num,
+                        detail::deadline until, std::vector<bool>& ready) {
+  call_guard guard(*this);
+  std::vector<object_entry*> es;
+  es.reserve(nodes.size());
+  for (auto* n : nodes) es.push_back(checked(n));
+  auto count = [&] {
+    std::size_t k = 0;
+    for (auto* e : es) k += e->status() != state_pending;
+    return k;
+  };
+  wait_until([&] { return count() >= num; }, es, until);
+  ready.assign(es.size(), false);
+  for (std::size_t i = 0; i < es.size(); ++i) ready[i] = es[i]->status() != state_pending;
+}
+
+detail::ref_node* node_runtime::ref_from_id(const object_id& id) {
+  if ((id.hi >> 32) != epoch_)
+    throw usage_error("manta: an object_ref from another runtime (or from before a shutdown) was read");
+  object_entry* e = dir_.acquire(id);
+  if (!e) throw usage_error("manta: a serialised object_ref names an object that no longer exists");
+  return e;
+}
+
+void node_runtime::release(detail::ref_node* n) noexcept {
+  auto* e = static_cast<object_entry*>(n);
+  if (dir_.erase_if_unused(e)) delete e;
+}
+
+void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) {
+  call_guard guard(*this);
+  if (!r.function) throw usage_error("manta: submit without a function");
+  if (r.options.num_cpus > cpu_total_ + 1e-9)
+    throw usage_error("manta: task '" + r.function->name + "' asks for " +
+                      std::to_string(r.options.num_cpus) + " CPU but this node has " +
+                      std::to_string(cpu_total_));
+  auto t = std::make_unique<task_spec>();
+  t->fn = r.function;
+  t->mode = r.mode;
+  t->num_returns = r.num_returns;
+  t->arg_count = r.arg_count;
+  t->options = std::move(r.options);
+  t->args = std::move(r.args);
+  t->deps.reserve(r.deps.size());
+  for (auto*& d : r.deps) {
+    if (d->epoch != epoch_) {
+      for (auto* rest : r.deps) detail::release(rest);  // the ones not moved yet
+      r.deps.clear();
+      throw usage_error("manta: a task argument is an object_ref from another runtime");
+    }
+    t->deps.push_back(static_cast<object_entry*>(std::exchange(d, nullptr)));
+  }
+  r.deps.clear();
+  for (const auto& id : r.contained) t->contained.push_back(static_cast<object_entry*>(ref_from_id(id)));
+  for (std::uint16_t i = 0; i < r.num_returns; ++i) {
+    object_entry* e = new_entry(next_object_id(), 2);  // the caller's ref and the task's hold
+    dir_.insert(e);
+    t->returns.push_back(e);
+    returns[i] = e;
+  }
+  std::lock_guard lock(mu_);
+  t->key = ++next_key_;
+  task_spec* raw = t.release();
+  tasks_.emplace(raw->key, raw);
+  register_task(raw);
+}
+
+}  // namespace manta::runtime

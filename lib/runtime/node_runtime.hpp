@@ -1,0 +1,189 @@
+// runtime/node_runtime.hpp: the runtime inside the driver. It owns the arena, the
+// object directory, the zygote and the worker links; a scheduler (under one mutex)
+// turns submitted tasks into run_task messages once their arguments are sealed;
+// an I/O thread (or a user thread waiting in get) reads what processes send back.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <manta/options.hpp>
+#include <manta/registry.hpp>
+
+#include "ipc/channel.hpp"
+#include "ipc/protocol.hpp"
+#include "process/context.hpp"
+#include "process/control.hpp"
+#include "process/zygote.hpp"
+#include "runtime/directory.hpp"
+#include "store/arena.hpp"
+
+namespace manta::runtime {
+
+/// A submitted task, from submission until its results are sealed or it fails.
+struct task_spec {
+  ~task_spec();
+  const std::string& name() const { return options.name.empty() ? fn->name : options.name; }
+  bool is_default() const { return options.num_cpus == 1; }
+
+  std::uint64_t key = 0;
+  const detail::function_info* fn = nullptr;
+  detail::call_mode mode = detail::call_mode::call;
+  std::uint16_t num_returns = 1;
+  std::uint16_t arg_count = 0;
+  detail::task_options options;
+  std::string args;                     ///< argument blob (process/args_blob.hpp)
+  std::vector<object_entry*> deps;      ///< counted
+  std::vector<object_entry*> contained; ///< counted
+  std::vector<object_entry*> returns;   ///< counted
+  int pending_deps = 0;
+  int attempts = 0;  ///< runs lost to crashes (or exceptions, with retry_exceptions)
+  int worker = -1;   ///< slot it was sent to, while in flight
+  double charge = 0; ///< CPUs taken from the ledger (non-default tasks only)
+  bool blocked = false;
+};
+
+/// The driver's side of one worker process.
+struct worker_link {
+  enum class state { dead, starting, alive };
+  int slot = 0;
+  std::uint64_t generation = 0;
+  pid_t pid = -1;
+  state st = state::dead;
+  ipc::outbox out;
+  ipc::inbox in;
+  int out_fd = -1, in_fd = -1, stdout_fd = -1, stderr_fd = -1;
+  std::string stdout_partial, stderr_partial;
+  std::vector<task_spec*> in_flight;
+  int blocked = 0;         ///< in-flight tasks waiting in get/wait
+  int active_default = 0;  ///< in-flight default tasks (1 CPU) not blocked
+  int nondefault = 0;      ///< in-flight tasks with other CPU requests
+  bool holds_cpu = false;  ///< the CPU its default tasks share is taken
+  std::unordered_set<object_id> holds;                   ///< objects it holds refs to
+  std::unordered_map<std::uint64_t, std::uint64_t> extents;  ///< granted, not yet sealed
+  bool input_closed = false, exited = false;
+  int exit_status = 0;
+  bool dirty = false, flush_now = false, write_armed = false;
+};
+
+class node_runtime final : public process::process_context {
+ public:
+  explicit node_runtime(const options& opts);
+  ~node_runtime() override;
+
+  /// First half of shutdown: stop threads and wake every waiter (usage_error).
+  void begin_stop();
+  /// Second half: end every process, release every object (call with the
+  /// context lock held exclusively).
+  void finish_stop();
+
+  // process_context
+  detail::ref_node* put(const detail::encoded_value& v) override;
+  detail::object_data fetch(detail::ref_node* n, detail::deadline until) override;
+  void wait(std::span<detail::ref_node* const> nodes, std::size_t num, detail::deadline until,
+            std::vector<bool>& ready) override;
+  detail::ref_node* ref_from_id(const object_id& id) override;
+  void release(detail::ref_node* n) noexcept override;
+  void submit(detail::task_request&& request, detail::ref_node** returns) override;
+  std::size_t worker_count() const noexcept override { return workers_.size(); }
+  std::uint32_t epoch() const noexcept override { return epoch_; }
+  bool is_worker() const noexcept override { return false; }
+
+  /// pids of the zygote and live workers (tests and tools).
+  std::vector<pid_t> process_ids();
+  store::arena& arena() noexcept { return *arena_; }
+  std::size_t object_count() const { return dir_.size(); }
+
+ private:
+  struct fn_stats {
+    double ewma_ns = 0;
+    bool known = false;
+  };
+
+  // ---- objects
+  object_entry* checked(detail::ref_node* n);
+  object_entry* new_entry(const object_id& id, std::int64_t count);
+  object_id next_object_id() noexcept;
+  void publish(object_entry* e, std::uint32_t status);
+  void wake_waiters();
+  template <class Done>
+  bool wait_until(Done done, std::span<object_entry* const> watch, detail::deadline until);
+
+  // ---- scheduling (mu_ held)
+  void register_task(task_spec* t);
+  void dispatch();
+  worker_link* pick_worker(const task_spec& t);
+  void send_task(worker_link& w, task_spec& t);
+  void seal(object_entry* e, const ipc::value_location& loc, std::vector<object_id> contained,
+            worker_link* from);
+  void fail_task(task_spec* t, const ipc::error_info& error);
+  void finish_task(task_spec* t);
+  void take_cpu(worker_link& w, task_spec& t);
+  void return_cpu(worker_link& w, task_spec& t);
+  void requeue_front(task_spec* t);
+  void notify(const subscriber& s, object_entry* e);
+  void mark_dirty(worker_link& w, bool now);
+  void flush(worker_link& w);
+  void flush_dirty();
+
+  // ---- processes
+  void request_spawn(int slot);
+  void handle_zygote();
+  void on_spawned(const process::zygote_reply& r, std::vector<int>& fds);
+  void on_exited(pid_t pid, int status);
+  void finalize_death(worker_link& w);
+  void kill_worker(worker_link& w, const std::string& why);
+
+  // ---- I/O (poll_mu_ held)
+  void io_loop();
+  int poll_events(int timeout_ms);
+  void drain_worker(worker_link& w);
+  void handle_frame(worker_link& w, const ipc::frame& f);
+  void on_task_done(worker_link& w, ipc::frame_reader& r);
+  void on_submit(worker_link& w, ipc::frame_reader& r);
+  void on_put(worker_link& w, ipc::frame_reader& r);
+  void forward_output(worker_link& w, bool err, bool drain);
+  void wake_io();
+
+  options opts_;
+  std::uint32_t epoch_;
+  std::unique_ptr<store::arena> arena_;
+  process::control_block* control_ = nullptr;
+  process::zygote_handle zygote_;
+  directory dir_;
+  std::atomic<std::uint64_t> next_object_seq_{0};
+  std::atomic<std::uint32_t> seal_seq_{0};
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> active_calls_{0};
+
+  std::mutex mu_;  // the scheduler: everything below until poll_mu_
+  std::vector<std::unique_ptr<worker_link>> workers_;
+  std::unordered_map<std::uint64_t, task_spec*> tasks_;
+  std::deque<task_spec*> ready_;
+  std::vector<int> dirty_;
+  std::unordered_map<std::uint64_t, fn_stats> stats_;
+  std::uint64_t next_key_ = 0;
+  std::uint64_t next_process_number_ = 0;
+  double cpu_total_ = 0, cpu_used_ = 0;
+
+  std::mutex poll_mu_;  // the poll role: inboxes, output pipes, the zygote socket
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread io_thread_;
+  bool stopped_ = false;
+
+  friend struct call_guard;
+};
+
+}  // namespace manta::runtime
