@@ -12,12 +12,18 @@ namespace manta {
 namespace {
 std::mutex lifecycle_mu;
 runtime::node_runtime* node = nullptr;
+
+bool in_worker() {
+  process::process_context* c = process::current_context();
+  return c && c->is_worker();
+}
 }  // namespace
 
 void init(const options& opts) {
+  // Workers are forked while init holds lifecycle_mu: they must never take it.
+  if (in_worker()) throw usage_error("manta::init called inside a task");
   std::lock_guard lock(lifecycle_mu);
-  if (process::process_context* c = process::current_context()) {
-    if (c->is_worker()) throw usage_error("manta::init called inside a task");
+  if (process::current_context()) {
     if (opts.ignore_reinit) return;
     throw usage_error("manta::init called twice; shut down first or set options.ignore_reinit");
   }
@@ -32,6 +38,7 @@ void init(const options& opts) {
 }
 
 void shutdown() {
+  if (in_worker()) return;  // a worker's runtime ends with its process
   std::lock_guard lock(lifecycle_mu);
   if (!node) return;
   node->begin_stop();
@@ -47,6 +54,7 @@ bool is_initialized() noexcept { return process::current_context() != nullptr; }
 namespace detail {
 
 std::vector<int> runtime_process_ids() {
+  if (in_worker()) return {};
   std::lock_guard lock(lifecycle_mu);
   std::vector<int> out;
   if (node)
@@ -55,11 +63,13 @@ std::vector<int> runtime_process_ids() {
 }
 
 std::size_t arena_used_bytes() {
+  if (in_worker()) return {};
   std::lock_guard lock(lifecycle_mu);
   return node ? node->arena().used_bytes() : 0;
 }
 
 std::size_t object_count() {
+  if (in_worker()) return {};
   std::lock_guard lock(lifecycle_mu);
   return node ? node->object_count() : 0;
 }

@@ -1,0 +1,114 @@
+// lifecycle_test: init and shutdown leave nothing behind, whatever is running.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "support.hpp"
+
+namespace {
+using namespace std::chrono_literals;
+using manta::testing::gone;
+using manta::testing::shm_entries;
+
+int slow(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return ms;
+}
+bool init_inside() {
+  try {
+    manta::init();
+  } catch (const manta::usage_error&) {
+    return true;
+  }
+  return false;
+}
+MANTA_REMOTE(slow, init_inside);
+
+std::size_t manta_segments() {
+  auto e = shm_entries();
+  return std::count_if(e.begin(), e.end(), [](auto& n) { return n.rfind("manta-", 0) == 0; });
+}
+
+TEST(lifecycle, repeated_init_and_shutdown_leave_nothing_behind) {
+  int fds = manta::testing::open_fd_count();
+  std::size_t segments = manta_segments();
+  std::vector<int> all;
+  for (int i = 0; i < 10; ++i) {
+    manta::init({.num_workers = 2});
+    EXPECT_EQ(manta_segments(), segments);  // the arena's name is unlinked once mapped
+    EXPECT_EQ(manta::get(manta::task(slow).remote(0)), 0);
+    auto pids = manta::detail::runtime_process_ids();
+    all.insert(all.end(), pids.begin(), pids.end());
+    manta::shutdown();
+  }
+  for (int pid : all) EXPECT_TRUE(gone(pid)) << pid;
+  EXPECT_EQ(manta::testing::open_fd_count(), fds);
+  EXPECT_EQ(manta_segments(), segments);
+}
+
+TEST(lifecycle, shutdown_ends_running_tasks_promptly) {
+  manta::init({.num_workers = 2});
+  auto pids = manta::detail::runtime_process_ids();
+  auto a = manta::task(slow).remote(30000);
+  auto b = manta::task(slow).remote(30000);
+  auto t0 = std::chrono::steady_clock::now();
+  manta::shutdown();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  for (int pid : pids) EXPECT_TRUE(gone(pid)) << pid;
+}
+
+TEST(lifecycle, a_thread_blocked_in_get_is_released_by_shutdown) {
+  manta::init({.num_workers = 1});
+  auto r = manta::task(slow).remote(30000);
+  std::promise<bool> threw;
+  std::thread waiter([&] {
+    try {
+      manta::get(r);
+      threw.set_value(false);
+    } catch (const manta::usage_error&) {
+      threw.set_value(true);
+    }
+  });
+  auto f = threw.get_future();
+  // Let it block for real, then shut down under it.
+  EXPECT_EQ(f.wait_for(100ms), std::future_status::timeout);
+  manta::shutdown();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(f.get());
+  waiter.join();
+}
+
+TEST(lifecycle, init_inside_a_task_is_refused) {
+  manta::init({.num_workers = 1});
+  EXPECT_TRUE(manta::get(manta::task(init_inside).remote()));
+  manta::shutdown();
+}
+
+TEST(lifecycle, process_exit_without_shutdown_cleans_up) {
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(report[0]);
+    manta::init({.num_workers = 2});
+    auto pids = manta::detail::runtime_process_ids();
+    [[maybe_unused]] auto n = ::write(report[1], pids.data(), pids.size() * sizeof(int));
+    ::close(report[1]);
+    std::exit(0);  // atexit runs shutdown
+  }
+  ::close(report[1]);
+  std::vector<int> pids(3);
+  ASSERT_EQ(::read(report[0], pids.data(), pids.size() * sizeof(int)), 3 * sizeof(int));
+  ::close(report[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  for (int pid : pids) EXPECT_TRUE(gone(pid)) << pid;
+}
+
+}  // namespace

@@ -1,0 +1,49 @@
+// support.hpp: helpers shared by the tests: a runtime per test, bounded waits on
+// real events, and checks that no process or segment is left behind.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <manta/detail/introspect.hpp>
+#include <manta/manta.hpp>
+
+namespace manta::testing {
+
+/// Starts a runtime with `workers` workers for one test and shuts it down after,
+/// checking that every process it started is gone.
+class runtime_fixture : public ::testing::Test {
+ protected:
+  void start(int workers = 2, manta::options o = {});
+  void TearDown() override;
+  std::vector<int> pids_;
+};
+
+/// Parameterised by worker count.
+class runtime_per_workers : public runtime_fixture, public ::testing::WithParamInterface<int> {
+ protected:
+  void SetUp() override { start(GetParam()); }
+};
+
+/// True if `pid` names a live (not zombie) process.
+bool alive(pid_t pid);
+/// True if `pid` names no process at all (neither live nor zombie).
+bool gone(pid_t pid);
+/// Polls `cond` until it holds or `limit` passes (for events with no handle to wait on,
+/// like a process disappearing from /proc).
+bool eventually(const std::function<bool()>& cond,
+                std::chrono::milliseconds limit = std::chrono::seconds(10));
+/// Names of entries in /dev/shm.
+std::vector<std::string> shm_entries();
+/// Open file descriptors of this process.
+int open_fd_count();
+/// Temporary path unique to this test process.
+std::string temp_path(const std::string& stem);
+
+}  // namespace manta::testing
