@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include <manta/buffer.hpp>
 #include <manta/detail/core.hpp>
 #include <manta/errors.hpp>
 #include <manta/serialization.hpp>
@@ -122,7 +123,22 @@ struct element_of<T, std::enable_if_t<is_contiguous_raw_v<T>>> {
 template <class T>
 object_ref<std::remove_cvref_t<T>> put(const T& value) {
   using V = std::remove_cvref_t<T>;
+  static_assert(!detail::is_buffer_v<V>, "manta: put a buffer with put(std::move(buffer))");
   return object_ref<V>(detail::put_value(detail::encode<V>(value)));
+}
+
+/// Seal a buffer as an object without copying it.
+template <class E>
+object_ref<std::vector<E>> put(buffer<E>&& b) {
+  std::size_t bytes = b.size() * sizeof(E);
+  detail::extent x = std::move(b).release();
+  try {
+    return object_ref<std::vector<E>>(
+        detail::put_extent(detail::type_tag<std::vector<E>>(), x, bytes));
+  } catch (...) {
+    detail::free_extent(x);
+    throw;
+  }
 }
 
 /// Block until the object is ready and return a copy of it.

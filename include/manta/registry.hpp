@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include <manta/buffer.hpp>
 #include <manta/detail/task_request.hpp>
 #include <manta/errors.hpp>
 #include <manta/object_ref.hpp>
@@ -35,6 +36,9 @@ class invocation {
   virtual arg_view arg(std::size_t i) const = 0;
   virtual std::size_t num_returns() const = 0;
   virtual void set_result(std::size_t i, const encoded_value& v) = 0;
+  /// Result i is `size` bytes already written into `x` (a buffer): adopted, not copied.
+  virtual void set_result_extent(std::size_t i, std::uint64_t tag, const extent& x,
+                                 std::size_t size) = 0;
 
  protected:
   ~invocation() = default;
@@ -109,17 +113,38 @@ inline constexpr std::size_t tuple_size_or_zero = 0;
 template <class... T>
 inline constexpr std::size_t tuple_size_or_zero<std::tuple<T...>> = sizeof...(T);
 
+template <class V>
+void set_one_result(invocation& inv, std::size_t i, V&& v) {
+  using D = std::remove_cvref_t<V>;
+  if constexpr (is_buffer_v<D>) {
+    using E = typename D::value_type;
+    std::size_t bytes = v.size() * sizeof(E);
+    inv.set_result_extent(i, type_tag<std::vector<E>>(), std::move(v).release(), bytes);
+  } else {
+    inv.set_result(i, encode(v));
+  }
+}
+
+template <class T>
+inline constexpr bool holds_buffer_v = false;
+template <class... T>
+inline constexpr bool holds_buffer_v<std::tuple<T...>> = (is_buffer_v<T> || ...);
+
 template <class R>
-void set_results(invocation& inv, const R& r) {
-  if constexpr (tuple_size_or_zero<R> > 1) {
-    if (inv.num_returns() == tuple_size_or_zero<R>) {
+void set_results(invocation& inv, R&& r) {
+  using D = std::remove_cvref_t<R>;
+  if constexpr (tuple_size_or_zero<D> > 1) {
+    if (inv.num_returns() == tuple_size_or_zero<D>) {
       [&]<std::size_t... I>(std::index_sequence<I...>) {
-        (inv.set_result(I, encode(std::get<I>(r))), ...);
-      }(std::make_index_sequence<tuple_size_or_zero<R>>{});
+        (set_one_result(inv, I, std::get<I>(std::move(r))), ...);
+      }(std::make_index_sequence<tuple_size_or_zero<D>>{});
       return;
     }
   }
-  inv.set_result(0, encode(r));
+  if constexpr (holds_buffer_v<D>)
+    throw usage_error("manta: a task returning a tuple with buffers must be called with num_returns<N>()");
+  else
+    set_one_result(inv, 0, std::forward<R>(r));
 }
 
 inline void check_arity(invocation& inv, std::size_t arity) {
@@ -188,7 +213,8 @@ function_info make_function_info(std::string name, R (*f)(P...)) {
   info.fn = reinterpret_cast<erased_fn>(f);
   info.arity = sizeof...(P);
   info.call = &invoke_call<R, P...>;
-  constexpr bool mappable = !std::is_void_v<R> && (!is_span_v<param_t<P>> && ...);
+  constexpr bool mappable = !std::is_void_v<R> && !is_buffer_v<R> && !holds_buffer_v<R> &&
+                            (!is_span_v<param_t<P>> && ...);
   if constexpr (mappable && sizeof...(P) == 1) info.map = &invoke_map<R, P...>;
   if constexpr (mappable && sizeof...(P) >= 1) info.starmap = &invoke_starmap<R, P...>;
   return info;

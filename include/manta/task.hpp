@@ -58,11 +58,6 @@ void encode_arg(arg_writer& w, A&& a) {
   }
 }
 
-template <class R>
-struct return_refs {
-  using type = object_ref<R>;
-};
-
 }  // namespace detail
 
 /// Builder for one call of a registered function; options chain, `remote` submits.
@@ -122,11 +117,11 @@ class task_builder {
     std::array<detail::ref_node*, N> out{};
     detail::submit(std::move(request), out.data());
     if constexpr (N == 1) {
-      return object_ref<R>(out[0]);
+      return object_ref<detail::stored_t<R>>(out[0]);
     } else {
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
-        return std::tuple<object_ref<std::tuple_element_t<I, R>>...>(
-            object_ref<std::tuple_element_t<I, R>>(out[I])...);
+        return std::tuple<object_ref<detail::stored_t<std::tuple_element_t<I, R>>>...>(
+            object_ref<detail::stored_t<std::tuple_element_t<I, R>>>(out[I])...);
       }(std::make_index_sequence<N>{});
     }
   }

@@ -84,6 +84,21 @@ ref_node* put_value(const encoded_value& v) {
   return require_context("put").put(v);
 }
 
+extent allocate_extent(std::size_t bytes) {
+  context_use use;
+  return require_context("make_buffer").allocate_extent(bytes);
+}
+
+void free_extent(const extent& x) noexcept {
+  context_use use;
+  if (process::process_context* c = process::current_context()) c->free_extent(x);
+}
+
+ref_node* put_extent(std::uint64_t tag, const extent& x, std::size_t size) {
+  context_use use;
+  return require_context("put").put_extent(tag, x, size);
+}
+
 object_data fetch(ref_node* n, deadline until) {
   context_use use;
   return require_context("get").fetch(n, until);

@@ -17,6 +17,10 @@ class process_context {
  public:
   virtual ~process_context() = default;
   virtual detail::ref_node* put(const detail::encoded_value& v) = 0;
+  virtual detail::extent allocate_extent(std::size_t bytes) = 0;
+  virtual void free_extent(const detail::extent& x) noexcept = 0;
+  virtual detail::ref_node* put_extent(std::uint64_t tag, const detail::extent& x,
+                                       std::size_t size) = 0;
   virtual detail::object_data fetch(detail::ref_node* n, detail::deadline until) = 0;
   virtual void wait(std::span<detail::ref_node* const> nodes, std::size_t num,
                     detail::deadline until, std::vector<bool>& ready) = 0;

@@ -57,20 +57,37 @@ struct result_slot {
 class worker_runtime;
 
 /// The invocation a task's invoker sees: arguments from the copied frame or the arena.
+/// An extent the driver offered a task for its result (sized like the last one).
+struct grant {
+  std::uint64_t offset = ipc::no_offset;
+  std::uint64_t size = 0;
+  /// Takes it if it fits and nothing took it yet.
+  bool take(std::size_t bytes, std::uint64_t& out) {
+    if (offset == ipc::no_offset || bytes > size) return false;
+    out = std::exchange(offset, ipc::no_offset);
+    return true;
+  }
+};
+
 class task_invocation final : public detail::invocation {
  public:
-  task_invocation(worker_runtime& w, std::vector<detail::arg_view> args, std::size_t num_returns)
-      : worker_(w), args_(std::move(args)), results_(num_returns) {}
+  task_invocation(worker_runtime& w, std::vector<detail::arg_view> args, std::size_t num_returns,
+                  grant g)
+      : worker_(w), args_(std::move(args)), results_(num_returns), grant_(g) {}
   std::size_t arg_count() const override { return args_.size(); }
   detail::arg_view arg(std::size_t i) const override { return args_.at(i); }
   std::size_t num_returns() const override { return results_.size(); }
   void set_result(std::size_t i, const detail::encoded_value& v) override;
+  void set_result_extent(std::size_t i, std::uint64_t tag, const detail::extent& x,
+                         std::size_t size) override;
   std::vector<result_slot>& results() { return results_; }
+  grant& offered() { return grant_; }
 
  private:
   worker_runtime& worker_;
   std::vector<detail::arg_view> args_;
   std::vector<result_slot> results_;
+  grant grant_;
 };
 
 class worker_runtime final : public process_context {
@@ -112,6 +129,44 @@ class worker_runtime final : public process_context {
       w.put(n->id);
       write_contained(w, v.contained);
       ipc::write_location(w, v.type_tag, v.size, n->offset, n->inline_bytes.data());
+    }
+    table_.emplace(n->id, n);
+    return n;
+  }
+
+  detail::extent allocate_extent(std::size_t bytes) override {
+    std::lock_guard lock(mu_);
+    std::uint64_t off;
+    if (running_.empty() || !running_.back()->offered().take(bytes, off)) off = allocate(bytes);
+    return {off, cfg_.arena_base + off, bytes, cfg_.epoch};
+  }
+
+  void free_extent(const detail::extent& x) noexcept override {
+    std::lock_guard lock(mu_);
+    if (x.epoch != cfg_.epoch) return;
+    try {
+      send_free(x.offset);
+    } catch (...) {
+    }
+  }
+
+  ref_node* put_extent(std::uint64_t tag, const detail::extent& x, std::size_t size) override {
+    std::lock_guard lock(mu_);
+    if (x.epoch != cfg_.epoch || size > x.size)
+      throw usage_error("manta: a buffer from another runtime, or larger than its extent, was put");
+    auto* n = new local_node();
+    n->id = next_id();
+    n->epoch = cfg_.epoch;
+    n->count.store(1, std::memory_order_relaxed);
+    n->ready = true;
+    n->type_tag = tag;
+    n->size = size;
+    n->offset = x.offset;
+    {
+      ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::put));
+      w.put(n->id);
+      write_contained(w, {});
+      ipc::write_location(w, tag, size, x.offset, nullptr);
     }
     table_.emplace(n->id, n);
     return n;
@@ -222,14 +277,16 @@ class worker_runtime final : public process_context {
 
   // ---- used by task_invocation
 
-  /// Places a value: inline below the threshold, else in an extent the driver grants.
-  void store_value(const detail::encoded_value& v, std::uint64_t& offset, std::string& inline_bytes) {
+  /// Places a value: inline below the threshold, else in the extent offered for
+  /// the task's result when it fits, else in one the driver grants now.
+  void store_value(const detail::encoded_value& v, std::uint64_t& offset, std::string& inline_bytes,
+                   grant* offered = nullptr) {
     if (v.size <= detail::max_inline_bytes) {
       inline_bytes.assign(static_cast<const char*>(v.data()), v.size);
       offset = ipc::no_offset;
       return;
     }
-    offset = allocate(v.size);
+    if (!offered || !offered->take(v.size, offset)) offset = allocate(v.size);
     std::memcpy(cfg_.arena_base + offset, v.data(), v.size);
   }
 
@@ -397,6 +454,9 @@ class worker_runtime final : public process_context {
     std::string name = r.string();
     std::vector<object_id> return_ids(nret);
     for (auto& id : return_ids) id = r.get<object_id>();
+    grant offered;
+    offered.offset = r.get<std::uint64_t>();
+    offered.size = r.get<std::uint64_t>();
     std::vector<detail::arg_view> args(nargs);
     for (auto& a : args) {
       auto loc = ipc::read_location(r);
@@ -412,7 +472,8 @@ class worker_runtime final : public process_context {
     slot_.running[depth].store(key, std::memory_order_relaxed);
     slot_.depth.store(depth + 1, std::memory_order_release);
 
-    task_invocation inv(*this, std::move(args), nret);
+    task_invocation inv(*this, std::move(args), nret, offered);
+    running_.push_back(&inv);
     ipc::error_info error;
     bool ok = false;
     auto t0 = std::chrono::steady_clock::now();
@@ -449,6 +510,7 @@ class worker_runtime final : public process_context {
                   .count();
     std::fflush(stdout);
     std::fflush(stderr);
+    running_.pop_back();
 
     std::lock_guard lock(mu_);
     {
@@ -463,7 +525,7 @@ class worker_runtime final : public process_context {
         }
       } else {
         for (auto& res : inv.results())  // extents of results that will never be sealed
-          if (res.offset != ipc::no_offset) free_extent(res.offset);
+          if (res.offset != ipc::no_offset) send_free(res.offset);
         ipc::write_error(w, error);
       }
     }
@@ -479,7 +541,7 @@ class worker_runtime final : public process_context {
       flush();
   }
 
-  void free_extent(std::uint64_t offset) {
+  void send_free(std::uint64_t offset) {
     ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::free_alloc));
     w.put(offset);
   }
@@ -496,6 +558,7 @@ class worker_runtime final : public process_context {
   std::unordered_map<std::uint64_t, std::uint64_t> alloc_replies_;
   std::deque<std::string> deferred_;
   std::vector<ref_node*> result_holds_;
+  std::vector<task_invocation*> running_;  ///< innermost last
   std::chrono::steady_clock::time_point unflushed_since_{};
 };
 
@@ -505,9 +568,18 @@ void task_invocation::set_result(std::size_t i, const detail::encoded_value& v) 
     throw usage_error("manta: a task set the same result twice");
   res.tag = v.type_tag;
   res.size = v.size;
-  worker_.store_value(v, res.offset, res.inline_bytes);
+  worker_.store_value(v, res.offset, res.inline_bytes, &grant_);
   res.contained = v.contained;
   worker_.hold(v.contained);
+  res.set = true;
+}
+
+void task_invocation::set_result_extent(std::size_t i, std::uint64_t tag, const detail::extent& x,
+                                        std::size_t size) {
+  result_slot& res = results_.at(i);
+  res.tag = tag;
+  res.size = size;
+  res.offset = x.offset;
   res.set = true;
 }
 

@@ -243,11 +243,14 @@ void node_runtime::on_task_done(worker_link& w, ipc::frame_reader& r) {
         throw ipc::protocol_error("manta: result in an extent never granted");
       seal(e, loc, std::move(contained), &w);
     }
+    drop_grant(w, *t);
     auto& s = stats_[t->fn->id ^ (static_cast<std::uint64_t>(t->mode) << 62)];
     s.ewma_ns = s.known ? (s.ewma_ns * 7 + static_cast<double>(ns)) / 8 : static_cast<double>(ns);
     s.known = true;
+    if (t->num_returns == 1) s.result_bytes = t->returns[0]->size;
     finish_task(t);
   } else {
+    drop_grant(w, *t);
     ipc::error_info err = ipc::read_error(r);
     bool retry = t->options.retry_exceptions && err.kind == ipc::error_kind::task_exception &&
                  (t->options.max_retries < 0 || t->attempts < t->options.max_retries);
@@ -464,6 +467,7 @@ void node_runtime::finalize_death(worker_link& w) {
   for (auto it = lost.rbegin(); it != lost.rend(); ++it) {  // keep their order at the queue front
     task_spec* t = *it;
     return_cpu(w, *t);
+    t->grant = ipc::no_offset;  // freed with the worker's other extents below
     if (was_running(t->key)) {
       ++t->attempts;
       if (t->options.max_retries >= 0 && t->attempts > t->options.max_retries) {

@@ -234,6 +234,35 @@ void node_runtime::publish(object_entry* e, std::uint32_t status) {
   if (old & state_waiters) wake_waiters();
 }
 
+detail::extent node_runtime::allocate_extent(std::size_t bytes) {
+  call_guard guard(*this);
+  std::uint64_t off = arena_->allocate(bytes);
+  if (off == store::no_extent)
+    throw object_store_full("manta: " + std::to_string(bytes) +
+                            " bytes do not fit: the object store has " +
+                            std::to_string(arena_->free_bytes()) + " of " +
+                            std::to_string(arena_->capacity()) + " bytes free");
+  return {off, arena_->base() + off, bytes, epoch_};
+}
+
+void node_runtime::free_extent(const detail::extent& x) noexcept {
+  if (x.epoch == epoch_) arena_->deallocate(x.offset);
+}
+
+detail::ref_node* node_runtime::put_extent(std::uint64_t tag, const detail::extent& x,
+                                           std::size_t size) {
+  call_guard guard(*this);
+  if (x.epoch != epoch_ || size > x.size)
+    throw usage_error("manta: a buffer from another runtime, or larger than its extent, was put");
+  object_entry* e = new_entry(next_object_id(), 1);
+  e->type_tag = tag;
+  e->size = size;
+  e->offset = x.offset;
+  e->state.store(state_ready, std::memory_order_release);
+  dir_.insert(e);
+  return e;
+}
+
 detail::ref_node* node_runtime::put(const detail::encoded_value& v) {
   call_guard guard(*this);
   std::unique_ptr<object_entry> e(new_entry(next_object_id(), 1));
@@ -242,14 +271,9 @@ detail::ref_node* node_runtime::put(const detail::encoded_value& v) {
   if (v.size <= detail::max_inline_bytes) {
     e->inline_bytes.assign(static_cast<const char*>(v.data()), v.size);
   } else {
-    std::uint64_t off = arena_->allocate(v.size);
-    if (off == store::no_extent)
-      throw object_store_full("manta: put of " + std::to_string(v.size) +
-                              " bytes does not fit: the object store has " +
-                              std::to_string(arena_->free_bytes()) + " of " +
-                              std::to_string(arena_->capacity()) + " bytes free");
-    e->offset = off;
-    std::memcpy(arena_->base() + off, v.data(), v.size);
+    detail::extent x = allocate_extent(v.size);
+    e->offset = x.offset;
+    std::memcpy(x.data, v.data(), v.size);
   }
   for (const auto& id : v.contained) {
     object_entry* c = dir_.acquire(id);

@@ -52,6 +52,7 @@ struct task_spec {
   int worker = -1;   ///< slot it was sent to, while in flight
   double charge = 0; ///< CPUs taken from the ledger (non-default tasks only)
   bool blocked = false;
+  std::uint64_t grant = ipc::no_offset;  ///< extent offered for its result, while in flight
 };
 
 /// The driver's side of one worker process.
@@ -90,6 +91,10 @@ class node_runtime final : public process::process_context {
 
   // process_context
   detail::ref_node* put(const detail::encoded_value& v) override;
+  detail::extent allocate_extent(std::size_t bytes) override;
+  void free_extent(const detail::extent& x) noexcept override;
+  detail::ref_node* put_extent(std::uint64_t tag, const detail::extent& x,
+                               std::size_t size) override;
   detail::object_data fetch(detail::ref_node* n, detail::deadline until) override;
   void wait(std::span<detail::ref_node* const> nodes, std::size_t num, detail::deadline until,
             std::vector<bool>& ready) override;
@@ -109,6 +114,7 @@ class node_runtime final : public process::process_context {
   struct fn_stats {
     double ewma_ns = 0;
     bool known = false;
+    std::uint64_t result_bytes = 0;  ///< size of its last single result
   };
 
   // ---- objects
@@ -132,6 +138,7 @@ class node_runtime final : public process::process_context {
   void take_cpu(worker_link& w, task_spec& t);
   void return_cpu(worker_link& w, task_spec& t);
   void requeue_front(task_spec* t);
+  void drop_grant(worker_link& w, task_spec& t);
   void notify(const subscriber& s, object_entry* e);
   void mark_dirty(worker_link& w, bool now);
   void flush(worker_link& w);

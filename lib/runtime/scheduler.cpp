@@ -128,6 +128,22 @@ void node_runtime::send_task(worker_link& w, task_spec& t) {
     f.put(t.arg_count);
     f.string(t.options.name);
     for (auto* e : t.returns) f.put(e->id);
+    // Offer an extent the size of the function's last large result, so the
+    // worker can write its result without asking for room first.
+    std::uint64_t grant_size = 0;
+    if (t.num_returns == 1) {
+      auto it = stats_.find(stats_key(t));
+      if (it != stats_.end() && it->second.result_bytes > detail::max_inline_bytes) {
+        std::uint64_t off = arena_->allocate(it->second.result_bytes);
+        if (off != store::no_extent) {
+          t.grant = off;
+          grant_size = it->second.result_bytes;
+          w.extents[off] = grant_size;
+        }
+      }
+    }
+    f.put(t.grant);
+    f.put(grant_size);
     process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
       if (a.kind == process::arg_kind::value) {
         ipc::write_location(f, a.tag, a.size_or_index, ipc::no_offset, a.bytes);
@@ -240,6 +256,13 @@ void node_runtime::fail_task(task_spec* first, const ipc::error_info& first_erro
 void node_runtime::finish_task(task_spec* t) {
   tasks_.erase(t->key);
   delete t;
+}
+
+void node_runtime::drop_grant(worker_link& w, task_spec& t) {
+  if (t.grant == ipc::no_offset) return;
+  // Unless its result adopted it (seal erased it from extents), give it back.
+  if (w.extents.erase(t.grant)) arena_->deallocate(t.grant);
+  t.grant = ipc::no_offset;
 }
 
 void node_runtime::requeue_front(task_spec* t) {

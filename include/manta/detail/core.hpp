@@ -75,7 +75,23 @@ deadline deadline_after(std::chrono::duration<Rep, Period> d) {
   return now + std::chrono::duration_cast<clock::duration>(d);
 }
 
+/// A writable extent of the arena owned by this process until it is put or freed.
+struct extent {
+  std::uint64_t offset = ~std::uint64_t{0};
+  std::byte* data = nullptr;
+  std::size_t size = 0;
+  std::uint32_t epoch = 0;  ///< runtime that granted it
+};
+
 // ---- entry points implemented by the runtime (driver or worker, whichever this process is)
+
+/// Reserve `bytes` of the arena. @throws object_store_full, usage_error without a runtime.
+extent allocate_extent(std::size_t bytes);
+/// Give back an extent that was never put.
+void free_extent(const extent& x) noexcept;
+/// Seal `size` bytes written into `x` as an object of type `tag`, without a copy;
+/// the object owns the extent afterwards. Returns a node holding one count.
+ref_node* put_extent(std::uint64_t tag, const extent& x, std::size_t size);
 
 /// Store a value; returns a node holding one count.
 /// @throws usage_error without a runtime; object_store_full when it cannot fit.
