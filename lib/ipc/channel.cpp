@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -125,6 +126,17 @@ std::int64_t spin_budget_ns() noexcept {
     return (v ? std::atoll(v) : 50) * 1000;
   }();
   return ns;
+}
+
+bool adaptive_spin::wait_for_change(const std::atomic<std::uint32_t>& seq,
+                                    std::uint32_t seen) noexcept {
+  const std::int64_t budget = spin_budget_ns();
+  if (spin_for_change(seq, seen, ns_)) {
+    ns_ = std::min(budget, ns_ * 2 + 1000);
+    return true;
+  }
+  ns_ = std::max<std::int64_t>(std::min<std::int64_t>(budget, 1000), ns_ / 2);
+  return false;
 }
 
 void wait_readable(int fd, int timeout_ms) noexcept {

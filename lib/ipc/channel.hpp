@@ -68,6 +68,18 @@ bool spin_for_change(const std::atomic<std::uint32_t>& seq, std::uint32_t seen,
 /// How long readers spin before sleeping on their pipe (MANTA_SPIN_US, default 50).
 std::int64_t spin_budget_ns() noexcept;
 
+/// A spin that adapts to how long waits turn out to be: it grows back to the full
+/// budget when spinning caught the event and halves when it had to sleep anyway,
+/// so a process that waits in vain stops taking CPU from the ones doing work.
+class adaptive_spin {
+ public:
+  /// Spins until `seq` differs from `seen`; false if it gave up (the caller sleeps).
+  bool wait_for_change(const std::atomic<std::uint32_t>& seq, std::uint32_t seen) noexcept;
+
+ private:
+  std::int64_t ns_ = spin_budget_ns();
+};
+
 /// Blocks until fd is readable or timeout_ms passes (-1 = forever).
 void wait_readable(int fd, int timeout_ms) noexcept;
 

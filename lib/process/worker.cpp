@@ -390,7 +390,7 @@ class worker_runtime final : public process_context {
       flush();
       auto now = detail::clock::now();
       if (now >= until) return false;
-      if (ipc::spin_for_change(slot_.inbox_seq, seen, ipc::spin_budget_ns())) continue;
+      if (spin_.wait_for_change(slot_.inbox_seq, seen)) continue;
       int ms = -1;
       if (until != detail::no_deadline)
         ms = static_cast<int>(
@@ -557,6 +557,7 @@ class worker_runtime final : public process_context {
   std::unordered_map<object_id, local_node*> table_;
   std::unordered_map<std::uint64_t, std::uint64_t> alloc_replies_;
   std::deque<std::string> deferred_;
+  ipc::adaptive_spin spin_;
   std::vector<ref_node*> result_holds_;
   std::vector<task_invocation*> running_;  ///< innermost last
   std::chrono::steady_clock::time_point unflushed_since_{};

@@ -44,10 +44,11 @@ void node_runtime::wake_io() {
 
 void node_runtime::io_loop() {
   std::unique_lock poll(poll_mu_);
+  ipc::adaptive_spin spin;
   while (!stopping_.load(std::memory_order_acquire)) {
     std::uint32_t seen = control_->driver_seq.load(std::memory_order_acquire);
     if (poll_events(0) > 0) continue;
-    if (ipc::spin_for_change(control_->driver_seq, seen, ipc::spin_budget_ns())) continue;
+    if (spin.wait_for_change(control_->driver_seq, seen)) continue;
     poll.unlock();
     epoll_event ev;
     while (::epoll_wait(epoll_fd_, &ev, 1, -1) < 0 && errno == EINTR) {
@@ -71,7 +72,7 @@ int node_runtime::poll_events(int timeout_ms) {
         forward_output(*workers_[slot], kind == ev_stderr, false);
         break;
       case ev_writable: {
-        std::lock_guard lock(mu_);
+        scheduler_lock lock(*this);
         worker_link& w = *workers_[slot];
         if (w.st == worker_link::state::alive) {
           w.out.flush();
@@ -94,7 +95,7 @@ int node_runtime::poll_events(int timeout_ms) {
     }
   }
   {
-    std::lock_guard lock(mu_);
+    scheduler_lock lock(*this);
     flush_dirty();
   }
   return std::max(n, 0);
@@ -104,7 +105,7 @@ void node_runtime::drain_worker(worker_link& w) {
   for (int round = 0; round < 16; ++round) {
     auto st = w.in.read_some();
     if (st == ipc::inbox::status::closed) {
-      std::lock_guard lock(mu_);
+      scheduler_lock lock(*this);
       ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, w.in_fd, nullptr);
       w.input_closed = true;
       // Frames still buffered before the EOF are handled first.
@@ -117,7 +118,7 @@ void node_runtime::drain_worker(worker_link& w) {
       return;
     }
     {
-      std::lock_guard lock(mu_);
+      scheduler_lock lock(*this);
       try {
         ipc::frame f;
         while (w.in.next(f)) handle_frame(w, f);
@@ -399,7 +400,7 @@ void node_runtime::handle_zygote() {
       ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, zygote_.socket, nullptr);
       return;
     }
-    std::lock_guard lock(mu_);
+    scheduler_lock lock(*this);
     if (r.kind == process::zygote_reply::spawned && fds.size() == 4) {
       on_spawned(r, fds);
     } else if (r.kind == process::zygote_reply::exited) {

@@ -100,7 +100,7 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
   }
   ipc::set_nonblocking(zygote_.socket, true);
   {
-    std::lock_guard lock(mu_);
+    scheduler_lock lock(*this);
     for (int i = 0; i < n; ++i) request_spawn(i);
   }
   // Wait for the pool, synchronously: no thread runs yet.
@@ -172,6 +172,7 @@ void node_runtime::finish_stop() {
     if (w->stderr_fd >= 0) forward_output(*w, true, true);
   }
   // Drop every internal hold; what users still hold becomes an orphan.
+  for (task_spec* t; submissions_.try_pop(t);) delete t;
   for (auto& [key, t] : tasks_) delete t;
   tasks_.clear();
   ready_.clear();
@@ -196,7 +197,7 @@ void node_runtime::finish_stop() {
 }
 
 std::vector<pid_t> node_runtime::process_ids() {
-  std::lock_guard lock(mu_);
+  scheduler_lock lock(*this);
   std::vector<pid_t> pids{zygote_.pid};
   for (auto& w : workers_)
     if (w->st == worker_link::state::alive) pids.push_back(w->pid);
@@ -394,11 +395,21 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
     t->returns.push_back(e);
     returns[i] = e;
   }
-  std::lock_guard lock(mu_);
   t->key = ++next_key_;
-  task_spec* raw = t.release();
-  tasks_.emplace(raw->key, raw);
-  register_task(raw);
+  submissions_.push(t.release());
+  take_submissions();
+}
+
+void node_runtime::take_submissions() {
+  while (!submissions_.empty()) {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock) return;  // the holder takes them when it lets go
+    task_spec* t;
+    while (submissions_.try_pop(t)) {
+      tasks_.emplace(t->key, t);
+      register_task(t);
+    }
+  }
 }
 
 }  // namespace manta::runtime

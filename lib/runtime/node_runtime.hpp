@@ -18,6 +18,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include <tbb/concurrent_queue.h>
+
 #include <manta/options.hpp>
 #include <manta/registry.hpp>
 
@@ -127,6 +129,23 @@ class node_runtime final : public process::process_context {
   bool wait_until(Done done, std::span<object_entry* const> watch, detail::deadline until);
 
   // ---- scheduling (mu_ held)
+  /// Holds mu_; on release, takes in the submissions queued meanwhile.
+  class scheduler_lock {
+   public:
+    explicit scheduler_lock(node_runtime& r) : r_(r) { r_.mu_.lock(); }
+    ~scheduler_lock() {
+      r_.mu_.unlock();
+      r_.take_submissions();
+    }
+    scheduler_lock(const scheduler_lock&) = delete;
+    scheduler_lock& operator=(const scheduler_lock&) = delete;
+
+   private:
+    node_runtime& r_;
+  };
+  /// Registers queued submissions if the scheduler is free; if it is not, its
+  /// holder does when it lets go (flat combining: submitters never wait on mu_).
+  void take_submissions();
   void register_task(task_spec* t);
   void dispatch();
   worker_link* pick_worker(const task_spec& t);
@@ -174,13 +193,15 @@ class node_runtime final : public process::process_context {
   std::atomic<bool> stopping_{false};
   std::atomic<int> active_calls_{0};
 
+  tbb::concurrent_queue<task_spec*> submissions_;  ///< from user threads, not yet registered
+  std::atomic<std::uint64_t> next_key_{0};
+
   std::mutex mu_;  // the scheduler: everything below until poll_mu_
   std::vector<std::unique_ptr<worker_link>> workers_;
   std::unordered_map<std::uint64_t, task_spec*> tasks_;
   std::deque<task_spec*> ready_;
   std::vector<int> dirty_;
   std::unordered_map<std::uint64_t, fn_stats> stats_;
-  std::uint64_t next_key_ = 0;
   std::uint64_t next_process_number_ = 0;
   double cpu_total_ = 0, cpu_used_ = 0;
 
