@@ -29,7 +29,7 @@ struct pipe_pair {
 TEST(frames, many_frames_in_one_write_arrive_whole_and_aligned) {
   pipe_pair p;
   std::atomic<std::uint32_t> bell{0};
-  outbox out(p.fds[1], &bell);
+  outbox out(p.fds[1], {&bell});
   for (std::uint32_t i = 0; i < 100; ++i) {
     frame_writer w(out.buffer(), 7);
     w.put(i);
@@ -70,7 +70,9 @@ TEST(frames, a_frame_split_across_reads_is_reassembled) {
     ASSERT_EQ(::write(p.fds[1], buf.data() + sent, n), static_cast<ssize_t>(n));
     sent += n;
     in.read_some();
-    if (sent < buf.size()) EXPECT_FALSE(in.next(f));
+    if (sent < buf.size()) {
+      EXPECT_FALSE(in.next(f));
+    }
   }
   while (!in.next(f)) ASSERT_NE(in.read_some(), inbox::status::closed);
   auto r = f.reader();

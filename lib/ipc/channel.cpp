@@ -22,16 +22,33 @@
 
 namespace manta::ipc {
 
+void write_signal::after_write() const noexcept {
+  if (seq) seq->fetch_add(1, std::memory_order_release);
+  if (shared_seq) shared_seq->fetch_add(1, std::memory_order_seq_cst);
+  if (!idle) return;
+  // Dekker-style with the reader: it sets idle, then checks the sequence words.
+  std::uint32_t v = idle->load(std::memory_order_seq_cst);
+  if ((v & 1) && idle->compare_exchange_strong(v, v & ~1u)) {
+    char one = 1;
+    [[maybe_unused]] auto n = ::write(doorbell, &one, 1);
+  }
+}
+
 bool outbox::flush() {
   while (sent_ < buf_.size()) {
     ssize_t n = ::write(fd_, buf_.data() + sent_, buf_.size() - sent_);
     if (n > 0) {
       sent_ += static_cast<std::size_t>(n);
-      if (doorbell_) doorbell_->fetch_add(1, std::memory_order_release);
+      signal_.after_write();
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) break;
+    if (n < 0 && errno == EAGAIN) {
+      if (!wait_when_full_) break;
+      pollfd p{fd_, POLLOUT, 0};
+      ::poll(&p, 1, -1);
+      continue;
+    }
     return false;  // EPIPE or another fatal error: the reader is gone
   }
   if (sent_ == buf_.size()) {

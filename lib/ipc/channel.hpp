@@ -14,11 +14,25 @@
 
 namespace manta::ipc {
 
-/// Buffered frames waiting to be written to a pipe.
+/// What a writer does after each write so its reader notices without a syscall:
+/// bump the reader's sequence words, and ring the reader's doorbell pipe if the
+/// reader said it sleeps (bit 0 of `idle`; only one writer rings per sleep).
+struct write_signal {
+  std::atomic<std::uint32_t>* seq = nullptr;         ///< this channel's word
+  std::atomic<std::uint32_t>* shared_seq = nullptr;  ///< one word for every channel to the reader
+  std::atomic<std::uint32_t>* idle = nullptr;        ///< the reader's sleep word
+  int doorbell = -1;
+  void after_write() const noexcept;
+};
+
+/// Buffered frames waiting to be written to a pipe (non-blocking fd).
 class outbox {
  public:
   outbox() = default;
-  outbox(int fd, std::atomic<std::uint32_t>* doorbell) : fd_(fd), doorbell_(doorbell) {}
+  /// @param wait_when_full  block (in poll) until the reader makes room, instead
+  ///                        of leaving the rest for a later flush
+  outbox(int fd, write_signal signal, bool wait_when_full = false)
+      : fd_(fd), signal_(signal), wait_when_full_(wait_when_full) {}
 
   std::string& buffer() noexcept { return buf_; }
   bool empty() const noexcept { return sent_ == buf_.size(); }
@@ -31,7 +45,8 @@ class outbox {
 
  private:
   int fd_ = -1;
-  std::atomic<std::uint32_t>* doorbell_ = nullptr;
+  write_signal signal_;
+  bool wait_when_full_ = false;
   std::string buf_;
   std::size_t sent_ = 0;
 };

@@ -96,9 +96,13 @@ class worker_runtime final : public process_context {
       : cfg_(c),
         slot_(c.control->slots[c.slot]),
         in_(c.from_driver),
-        out_(c.to_driver, &c.control->driver_seq),
+        out_(c.to_driver,
+             {&c.control->slots[c.slot].outbox_seq, &c.control->driver_seq, &c.control->driver_idle,
+              c.doorbell},
+             /*wait_when_full=*/true),
         id_hi_((std::uint64_t{c.epoch} << 32) | (c.process_number & 0xffffffffu)) {
     ipc::set_nonblocking(c.from_driver, true);
+    ipc::set_nonblocking(c.to_driver, true);
   }
 
   [[noreturn]] void run() {

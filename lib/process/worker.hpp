@@ -12,6 +12,7 @@ namespace manta::process {
 struct worker_config {
   int from_driver = -1;  ///< read end of the driver's pipe to this worker
   int to_driver = -1;    ///< write end of this worker's pipe to the driver
+  int doorbell = -1;     ///< write end of the pipe that wakes the driver's I/O thread
   int slot = 0;
   std::uint64_t process_number = 0;
   std::uint32_t epoch = 0;

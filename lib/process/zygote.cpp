@@ -72,6 +72,7 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, const zygote_request& 
     worker_config w;
     w.from_driver = to_proc[0];
     w.to_driver = from_proc[1];
+    w.doorbell = cfg.doorbell_write;
     w.slot = req.slot;
     w.process_number = req.process_number;
     w.epoch = cfg.epoch;
@@ -95,6 +96,7 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, const zygote_request& 
 
 [[noreturn]] void zygote_main(const zygote_config& cfg, int sock, pid_t driver) {
   if (!follow_parent(driver)) ::_exit(0);
+  if (cfg.doorbell_read >= 0) ::close(cfg.doorbell_read);
   ::prctl(PR_SET_NAME, "manta-zygote");
   sigset_t chld;
   sigemptyset(&chld);

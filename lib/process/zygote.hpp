@@ -34,6 +34,8 @@ struct zygote_config {
   control_block* control = nullptr;
   std::byte* arena_base = nullptr;
   int pipe_capacity = 1 << 20;
+  int doorbell_read = -1;   ///< closed in the zygote
+  int doorbell_write = -1;  ///< handed to every process
 };
 
 struct zygote_handle {

@@ -2,6 +2,7 @@
 // thread waiting in get, which takes the poll role to save a wake-up) reads the
 // pipes, handles each frame under the scheduler mutex, forwards worker output
 // with a (pid=N) prefix, and turns the zygote's reports into spawns and deaths.
+#include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/wait.h>
@@ -18,8 +19,9 @@
 
 namespace manta::runtime {
 namespace {
-constexpr std::uint64_t ev_worker_in = 1, ev_stdout = 2, ev_stderr = 3, ev_writable = 4,
-                        ev_zygote = 5, ev_wake = 6;
+// Worker pipes to the driver are not in the epoll set: they are read when their
+// sequence word moves, so a write wakes nobody unless the I/O thread sleeps.
+constexpr std::uint64_t ev_stdout = 2, ev_stderr = 3, ev_writable = 4, ev_zygote = 5;
 
 std::uint64_t ev_id(std::uint64_t kind, int slot) {
   return (kind << 32) | static_cast<std::uint32_t>(slot);
@@ -38,35 +40,76 @@ std::string describe_exit(int status) {
 }  // namespace
 
 void node_runtime::wake_io() {
-  std::uint64_t one = 1;
-  if (wake_fd_ >= 0) [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
+  char one = 1;
+  if (doorbell_[1] >= 0) [[maybe_unused]] auto n = ::write(doorbell_[1], &one, 1);
 }
 
 void node_runtime::io_loop() {
   std::unique_lock poll(poll_mu_);
   ipc::adaptive_spin spin;
+  auto& idle = control_->driver_idle;
   while (!stopping_.load(std::memory_order_acquire)) {
     std::uint32_t seen = control_->driver_seq.load(std::memory_order_acquire);
     if (poll_events(0) > 0) continue;
     if (spin.wait_for_change(control_->driver_seq, seen)) continue;
+    // Sleep: say so first, then look once more (a writer either sees the flag
+    // and rings, or wrote before we looked).
+    idle_generation_ += 2;
+    idle.store(idle_generation_ | 1, std::memory_order_seq_cst);
+    if (control_->driver_seq.load(std::memory_order_seq_cst) != processed_seq_) {
+      idle_generation_ += 2;
+      idle.store(idle_generation_, std::memory_order_seq_cst);
+      continue;
+    }
     poll.unlock();
-    epoll_event ev;
-    while (::epoll_wait(epoll_fd_, &ev, 1, -1) < 0 && errno == EINTR) {
+    pollfd fds[2] = {{doorbell_[0], POLLIN, 0}, {epoll_fd_, POLLIN, 0}};
+    while (::poll(fds, 2, -1) < 0 && errno == EINTR) {
+    }
+    char sink[256];
+    while (::read(doorbell_[0], sink, sizeof sink) > 0) {
     }
     poll.lock();
+    idle_generation_ += 2;
+    idle.store(idle_generation_, std::memory_order_seq_cst);
   }
 }
 
+bool node_runtime::begin_borrowed_poll(std::uint32_t& idle_word) {
+  auto& idle = control_->driver_idle;
+  idle_word = idle.load(std::memory_order_seq_cst);
+  return (idle_word & 1) && idle.compare_exchange_strong(idle_word, idle_word & ~1u);
+}
+
+void node_runtime::end_borrowed_poll(std::uint32_t idle_word) {
+  // Hand the sleep back only if the I/O thread did not wake meanwhile (its
+  // generation would have moved); then catch writes made while it was borrowed.
+  std::uint32_t cleared = idle_word & ~1u;
+  if (control_->driver_idle.compare_exchange_strong(cleared, idle_word) &&
+      control_->driver_seq.load(std::memory_order_seq_cst) != processed_seq_)
+    wake_io();
+}
+
 int node_runtime::poll_events(int timeout_ms) {
+  // Worker pipes first, by their sequence words: no syscall unless one moved.
+  int handled = 0;
+  std::uint32_t before = control_->driver_seq.load(std::memory_order_acquire);
+  for (auto& wp : workers_) {
+    worker_link& w = *wp;
+    if (w.st != worker_link::state::alive || w.input_closed) continue;
+    std::uint32_t s = control_->slots[w.slot].outbox_seq.load(std::memory_order_acquire);
+    if (s == w.seen_seq) continue;
+    // Seen only once read to empty; otherwise the next poll comes back for the rest.
+    if (drain_worker(w)) w.seen_seq = s;
+    ++handled;
+  }
+  processed_seq_ = before;
   epoll_event evs[64];
   int n = ::epoll_wait(epoll_fd_, evs, 64, timeout_ms);
   for (int i = 0; i < n; ++i) {
     std::uint64_t kind = evs[i].data.u64 >> 32;
     int slot = static_cast<int>(evs[i].data.u64 & 0xffffffffu);
     switch (kind) {
-      case ev_worker_in:
-        drain_worker(*workers_[slot]);
-        break;
+
       case ev_stdout:
       case ev_stderr:
         forward_output(*workers_[slot], kind == ev_stderr, false);
@@ -87,36 +130,22 @@ int node_runtime::poll_events(int timeout_ms) {
       case ev_zygote:
         handle_zygote();
         break;
-      case ev_wake: {
-        std::uint64_t v;
-        [[maybe_unused]] auto r = ::read(wake_fd_, &v, sizeof v);
-        break;
-      }
+
     }
   }
   {
     scheduler_lock lock(*this);
     flush_dirty();
   }
-  return std::max(n, 0);
+  return handled + std::max(n, 0);
 }
 
-void node_runtime::drain_worker(worker_link& w) {
-  for (int round = 0; round < 16; ++round) {
+bool node_runtime::drain_worker(worker_link& w, bool to_eof) {
+  // Bounded: a live worker may keep writing; the rest is read on the next poll.
+  // A dead one ends with EOF (bounded too, should a stray process hold its pipe).
+  auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (int round = 0; to_eof || round < 16; ++round) {
     auto st = w.in.read_some();
-    if (st == ipc::inbox::status::closed) {
-      scheduler_lock lock(*this);
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, w.in_fd, nullptr);
-      w.input_closed = true;
-      // Frames still buffered before the EOF are handled first.
-      try {
-        ipc::frame f;
-        while (w.in.next(f)) handle_frame(w, f);
-      } catch (const ipc::protocol_error&) {
-      }
-      if (w.exited) finalize_death(w);
-      return;
-    }
     {
       scheduler_lock lock(*this);
       try {
@@ -124,20 +153,27 @@ void node_runtime::drain_worker(worker_link& w) {
         while (w.in.next(f)) handle_frame(w, f);
       } catch (const ipc::protocol_error& e) {
         kill_worker(w, e.what());
-        return;
+        return true;
       }
     }
-    if (st == ipc::inbox::status::empty) return;
+    if (st == ipc::inbox::status::closed) {
+      w.input_closed = true;
+      return true;
+    }
+    if (st == ipc::inbox::status::empty) {
+      if (!to_eof || std::chrono::steady_clock::now() > give_up) return true;
+      ipc::wait_readable(w.in_fd, 100);
+    }
   }
+  return false;
 }
 
 void node_runtime::kill_worker(worker_link& w, const std::string& why) {
+  // Its death (reported by the zygote) retries its tasks; nothing more is read from it.
   MANTA_ERROR << "worker pid " << w.pid << " sent a malformed message (" << why
               << "); replacing it";
   if (w.pid > 0) ::kill(w.pid, SIGKILL);
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, w.in_fd, nullptr);
   w.input_closed = true;
-  if (w.exited) finalize_death(w);
 }
 
 void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
@@ -400,8 +436,8 @@ void node_runtime::handle_zygote() {
       ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, zygote_.socket, nullptr);
       return;
     }
-    scheduler_lock lock(*this);
     if (r.kind == process::zygote_reply::spawned && fds.size() == 4) {
+      scheduler_lock lock(*this);
       on_spawned(r, fds);
     } else if (r.kind == process::zygote_reply::exited) {
       if (r.pid < 0) MANTA_ERROR << "the zygote could not fork a worker: " << std::strerror(r.status);
@@ -421,17 +457,16 @@ void node_runtime::on_spawned(const process::zygote_reply& r, std::vector<int>& 
   w.stdout_fd = std::exchange(fds[2], -1);
   w.stderr_fd = std::exchange(fds[3], -1);
   for (int fd : {w.out_fd, w.in_fd, w.stdout_fd, w.stderr_fd}) ipc::set_nonblocking(fd, true);
-  w.out = ipc::outbox(w.out_fd, &control_->slots[r.slot].inbox_seq);
+  w.out = ipc::outbox(w.out_fd, {&control_->slots[r.slot].inbox_seq});
+  w.seen_seq = control_->slots[r.slot].outbox_seq.load(std::memory_order_acquire);
   w.in = ipc::inbox(w.in_fd);
   w.input_closed = w.exited = w.dirty = w.flush_now = w.write_armed = false;
   w.in_flight.clear();
   w.blocked = w.active_default = w.nondefault = 0;
   w.holds_cpu = false;
-  epoll_event in{EPOLLIN, {.u64 = ev_id(ev_worker_in, r.slot)}};
   epoll_event out{EPOLLIN, {.u64 = ev_id(ev_stdout, r.slot)}};
   epoll_event err{EPOLLIN, {.u64 = ev_id(ev_stderr, r.slot)}};
   epoll_event wr{0, {.u64 = ev_id(ev_writable, r.slot)}};
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.in_fd, &in);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.stdout_fd, &out);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.stderr_fd, &err);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.out_fd, &wr);
@@ -445,7 +480,10 @@ void node_runtime::on_exited(pid_t pid, int status) {
     if (w.pid != pid || w.st == worker_link::state::dead) continue;
     w.exited = true;
     w.exit_status = status;
-    if (w.input_closed) finalize_death(w);
+    // What it sent before it died counts (results, puts, releases): read it all first.
+    if (!w.input_closed) drain_worker(w, /*to_eof=*/true);
+    scheduler_lock lock(*this);
+    finalize_death(w);
     return;
   }
 }

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,8 +64,7 @@ void ignore_sigpipe() {
   if (old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
 }
 
-constexpr std::uint64_t ev_worker_in = 1, ev_stdout = 2, ev_stderr = 3, ev_writable = 4,
-                        ev_zygote = 5, ev_wake = 6;
+constexpr std::uint64_t ev_zygote = 5;
 }  // namespace
 
 node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epoch()) {
@@ -81,17 +79,21 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
   arena_ = std::make_unique<store::arena>(opts.object_store_bytes ? opts.object_store_bytes
                                                                    : store::arena::default_size());
   control_ = process::map_control_block();
+  ipc::make_pipe(doorbell_, 0);
+  ipc::set_nonblocking(doorbell_[0], true);
+  ipc::set_nonblocking(doorbell_[1], true);
   process::zygote_config zc;
+  zc.doorbell_read = doorbell_[0];
+  zc.doorbell_write = doorbell_[1];
   zc.epoch = epoch_;
   zc.num_workers = static_cast<std::size_t>(n);
   zc.control = control_;
   zc.arena_base = arena_->base();
   zygote_ = process::start_zygote(zc);  // the process is still single-threaded here
 
+  // The doorbell is not in the epoll set: only the I/O thread reads it, so a
+  // ring can never be consumed by a user thread polling in its place.
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  epoll_event ev{EPOLLIN, {.u64 = ev_wake << 32}};
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
 
   for (int i = 0; i < n; ++i) {
     auto w = std::make_unique<worker_link>();
@@ -172,7 +174,7 @@ void node_runtime::finish_stop() {
     if (w->stderr_fd >= 0) forward_output(*w, true, true);
   }
   // Drop every internal hold; what users still hold becomes an orphan.
-  for (task_spec* t; submissions_.try_pop(t);) delete t;
+  for (task_spec* t = nullptr; submissions_.try_pop(t);) delete t;
   for (auto& [key, t] : tasks_) delete t;
   tasks_.clear();
   ready_.clear();
@@ -188,9 +190,10 @@ void node_runtime::finish_stop() {
   for (auto* e : dir_.take_all()) e->arena = nullptr;  // the arena is unmapped below
   if (zygote_.socket >= 0) ::close(zygote_.socket);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
-  if (wake_fd_ >= 0) ::close(wake_fd_);
+  for (int& fd : doorbell_)
+    if (fd >= 0) ::close(std::exchange(fd, -1));
   zygote_ = {};
-  epoll_fd_ = wake_fd_ = -1;
+  epoll_fd_ = -1;
   process::unmap_control_block(control_);
   control_ = nullptr;
   arena_.reset();
@@ -296,15 +299,19 @@ bool node_runtime::wait_until(Done done, std::span<object_entry* const> watch,
   auto spin_end = std::min(until, now + std::chrono::nanoseconds(ipc::spin_budget_ns()));
   while (now < spin_end) {
     if (poll_mu_.try_lock()) {
-      std::uint32_t seen = control_->driver_seq.load(std::memory_order_acquire);
-      poll_events(0);
-      poll_mu_.unlock();
-      if (done()) return true;
-      while (!done() && control_->driver_seq.load(std::memory_order_acquire) == seen &&
-             std::chrono::steady_clock::now() < spin_end) {
-        for (int i = 0; i < 32; ++i) MANTA_CPU_PAUSE();
-        std::this_thread::yield();
+      std::uint32_t idle_word;
+      bool borrowed = begin_borrowed_poll(idle_word);
+      while (!done() && std::chrono::steady_clock::now() < spin_end) {
+        std::uint32_t seen = control_->driver_seq.load(std::memory_order_acquire);
+        if (poll_events(0) > 0) continue;
+        while (!done() && control_->driver_seq.load(std::memory_order_acquire) == seen &&
+               std::chrono::steady_clock::now() < spin_end) {
+          for (int i = 0; i < 32; ++i) MANTA_CPU_PAUSE();
+          std::this_thread::yield();
+        }
       }
+      if (borrowed) end_borrowed_poll(idle_word);
+      poll_mu_.unlock();
     } else {
       for (int i = 0; i < 32; ++i) MANTA_CPU_PAUSE();
       std::this_thread::yield();
@@ -404,7 +411,7 @@ void node_runtime::take_submissions() {
   while (!submissions_.empty()) {
     std::unique_lock lock(mu_, std::try_to_lock);
     if (!lock) return;  // the holder takes them when it lets go
-    task_spec* t;
+    task_spec* t = nullptr;
     while (submissions_.try_pop(t)) {
       tasks_.emplace(t->key, t);
       register_task(t);

@@ -75,6 +75,7 @@ struct worker_link {
   bool holds_cpu = false;  ///< the CPU its default tasks share is taken
   std::unordered_set<object_id> holds;                   ///< objects it holds refs to
   std::unordered_map<std::uint64_t, std::uint64_t> extents;  ///< granted, not yet sealed
+  std::uint32_t seen_seq = 0;  ///< its outbox_seq when its pipe was last drained
   bool input_closed = false, exited = false;
   int exit_status = 0;
   bool dirty = false, flush_now = false, write_armed = false;
@@ -174,7 +175,13 @@ class node_runtime final : public process::process_context {
   // ---- I/O (poll_mu_ held)
   void io_loop();
   int poll_events(int timeout_ms);
-  void drain_worker(worker_link& w);
+  /// Reads what `w` sent; with `to_eof`, until its pipe closes (it is dead).
+  /// @returns false if it stopped with data left to read.
+  bool drain_worker(worker_link& w, bool to_eof = false);
+  /// Stops processes from ringing the doorbell while this thread polls; false if
+  /// the I/O thread was awake anyway. Undone by end_borrowed_poll.
+  bool begin_borrowed_poll(std::uint32_t& idle_word);
+  void end_borrowed_poll(std::uint32_t idle_word);
   void handle_frame(worker_link& w, const ipc::frame& f);
   void on_task_done(worker_link& w, ipc::frame_reader& r);
   void on_submit(worker_link& w, ipc::frame_reader& r);
@@ -206,8 +213,10 @@ class node_runtime final : public process::process_context {
   double cpu_total_ = 0, cpu_used_ = 0;
 
   std::mutex poll_mu_;  // the poll role: inboxes, output pipes, the zygote socket
-  int epoll_fd_ = -1;
-  int wake_fd_ = -1;
+  int epoll_fd_ = -1;               ///< zygote socket, worker output, full worker pipes
+  int doorbell_[2] = {-1, -1};      ///< processes and wake_io write; only the I/O thread reads
+  std::uint32_t processed_seq_ = 0;  ///< driver_seq up to which every pipe was drained
+  std::uint32_t idle_generation_ = 0;
   std::thread io_thread_;
   bool stopped_ = false;
 

@@ -1,0 +1,220 @@
+// manta_bench: Google Benchmark suites for the figures of design.md section 7,
+// each beside a baseline (a plain fork+pipe round trip, the sequential loop).
+//
+//   build/bench/manta_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <span>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include <manta/manta.hpp>
+
+namespace {
+
+int identity(int x) { return x; }
+long inc(long x) { return x + 1; }
+double sum_span(std::span<const double> xs) { return std::accumulate(xs.begin(), xs.end(), 0.0); }
+
+constexpr int n = 1000, window = 10;
+void moving_average_rows(const double* m, int first, int rows, double* out) {
+  for (int r = 0; r < rows; ++r) {
+    const double* row = m + static_cast<std::size_t>(first + r) * n;
+    double* o = out + static_cast<std::size_t>(r) * n;
+    for (int j = 0; j < n; ++j) {
+      int lo = std::max(0, j - window);
+      double s = 0;
+      for (int k = lo; k <= j; ++k) s += row[k];
+      o[j] = s / (j - lo + 1);
+    }
+  }
+}
+manta::buffer<double> moving_average_block(std::span<const double> m, int first, int rows) {
+  auto out = manta::make_buffer<double>(static_cast<std::size_t>(rows) * n);
+  moving_average_rows(m.data(), first, rows, out.data());
+  return out;
+}
+MANTA_REMOTE(identity, inc, sum_span, moving_average_block);
+
+void ensure_runtime() {
+  if (!manta::is_initialized()) manta::init({.num_workers = 2});
+}
+
+// ---- start and stop
+
+void init_shutdown(benchmark::State& state) {
+  manta::shutdown();
+  for (auto _ : state) {
+    manta::init({.num_workers = 2});
+    manta::shutdown();
+  }
+}
+BENCHMARK(init_shutdown)->Unit(benchmark::kMillisecond);
+
+// ---- one task, submit and get
+
+void baseline_fork_pipe_round_trip(benchmark::State& state) {
+  int to[2], from[2];
+  if (::pipe(to) || ::pipe(from)) state.SkipWithError("pipe");
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(to[1]);
+    ::close(from[0]);
+    int v;
+    while (::read(to[0], &v, sizeof v) == sizeof v)
+      if (::write(from[1], &v, sizeof v) != sizeof v) break;
+    ::_exit(0);
+  }
+  ::close(to[0]);
+  ::close(from[1]);
+  int v = 0;
+  for (auto _ : state) {
+    if (::write(to[1], &v, sizeof v) != sizeof v || ::read(from[0], &v, sizeof v) != sizeof v)
+      state.SkipWithError("io");
+  }
+  ::close(to[1]);  // the child sees EOF and exits
+  ::waitpid(child, nullptr, 0);
+  ::close(from[0]);
+}
+BENCHMARK(baseline_fork_pipe_round_trip)->Unit(benchmark::kMicrosecond);
+
+void task_round_trip(benchmark::State& state) {
+  ensure_runtime();
+  int i = 0;
+  for (auto _ : state) benchmark::DoNotOptimize(manta::get(manta::task(identity).remote(i++)));
+}
+BENCHMARK(task_round_trip)->Unit(benchmark::kMicrosecond);
+
+// ---- many tasks, submitted one by one, then gathered
+
+void tasks_in_bulk(benchmark::State& state) {
+  ensure_runtime();
+  const int count = static_cast<int>(state.range(0));
+  std::vector<manta::object_ref<int>> refs;
+  refs.reserve(static_cast<std::size_t>(count));
+  for (auto _ : state) {
+    refs.clear();
+    for (int i = 0; i < count; ++i) refs.push_back(manta::task(identity).remote(i));
+    long s = 0;
+    for (auto& r : refs) s += manta::get(r);
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetItemsProcessed(state.iterations() * count);
+}
+BENCHMARK(tasks_in_bulk)->Arg(100000)->Unit(benchmark::kMillisecond);
+
+// ---- objects
+
+// Put into arena pages touched before (steady state). The first touch of shared
+// pages runs at 1.5-2 GB/s here (page faults); see W5 in manta_workloads.
+void put(benchmark::State& state) {
+  ensure_runtime();
+  std::vector<char> value(static_cast<std::size_t>(state.range(0)), 'x');
+  manta::put(value);  // warm-up
+  for (auto _ : state) benchmark::DoNotOptimize(manta::put(value));
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(put)->Arg(1 << 10)->Arg(1 << 20)->Arg(100 << 20)->Unit(benchmark::kMicrosecond);
+
+void get_view(benchmark::State& state) {
+  ensure_runtime();
+  auto ref = manta::put(std::vector<char>(static_cast<std::size_t>(state.range(0)), 'x'));
+  for (auto _ : state) {
+    auto v = manta::get_view(ref);
+    benchmark::DoNotOptimize(v.data());
+  }
+}
+BENCHMARK(get_view)->Arg(1 << 10)->Arg(1 << 20)->Arg(100 << 20)->Unit(benchmark::kMicrosecond);
+
+// ---- pool.map over a million trivial items, beside the sequential loop
+
+void baseline_sequential_map(benchmark::State& state) {
+  std::vector<long> xs(1000000);
+  std::iota(xs.begin(), xs.end(), 0L);
+  for (auto _ : state) {
+    std::vector<long> ys(xs.size());
+    std::transform(xs.begin(), xs.end(), ys.begin(), inc);
+    benchmark::DoNotOptimize(ys.data());
+  }
+  state.SetItemsProcessed(state.iterations() * 1000000);
+}
+BENCHMARK(baseline_sequential_map)->Unit(benchmark::kMillisecond);
+
+void pool_map(benchmark::State& state) {
+  ensure_runtime();
+  manta::pool p;
+  std::vector<long> xs(1000000);
+  std::iota(xs.begin(), xs.end(), 0L);
+  for (auto _ : state) benchmark::DoNotOptimize(p.map(inc, xs));
+  state.SetItemsProcessed(state.iterations() * 1000000);
+}
+BENCHMARK(pool_map)->Unit(benchmark::kMillisecond);
+
+// ---- moving average, 1000 x 1000, beside the sequential loop
+
+std::vector<double> random_matrix() {
+  std::vector<double> m(static_cast<std::size_t>(n) * n);
+  std::mt19937_64 rng(0);
+  std::normal_distribution<double> normal;
+  for (double& x : m) x = normal(rng);
+  return m;
+}
+
+void baseline_sequential_moving_average(benchmark::State& state) {
+  auto m = random_matrix();
+  for (auto _ : state) {
+    std::vector<double> out(m.size());
+    moving_average_rows(m.data(), 0, n, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+BENCHMARK(baseline_sequential_moving_average)->Unit(benchmark::kMillisecond);
+
+void moving_average(benchmark::State& state) {
+  ensure_runtime();
+  auto shared = manta::put(random_matrix());
+  for (auto _ : state) {
+    auto a = manta::task(moving_average_block).remote(shared, 0, n / 2);
+    auto b = manta::task(moving_average_block).remote(shared, n / 2, n / 2);
+    auto va = manta::get_view(a);
+    auto vb = manta::get_view(b);
+    benchmark::DoNotOptimize(va.data());
+    benchmark::DoNotOptimize(vb.data());
+  }
+}
+BENCHMARK(moving_average)->Unit(benchmark::kMillisecond);
+
+// ---- 1 GB last: it makes the driver large, which makes later forks slower
+
+void put_1gb(benchmark::State& state) {
+  ensure_runtime();
+  std::vector<char> value(std::size_t{1} << 30, 'x');
+  manta::put(value);  // warm-up, as for put above
+  for (auto _ : state) benchmark::DoNotOptimize(manta::put(value));
+  state.SetBytesProcessed(state.iterations() * (std::int64_t{1} << 30));
+}
+BENCHMARK(put_1gb)->Unit(benchmark::kMillisecond)->Iterations(5);
+
+void get_view_1gb(benchmark::State& state) {
+  ensure_runtime();
+  auto ref = manta::put(std::vector<char>(std::size_t{1} << 30, 'x'));
+  for (auto _ : state) {
+    auto v = manta::get_view(ref);
+    benchmark::DoNotOptimize(v.data());
+  }
+}
+BENCHMARK(get_view_1gb)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  manta::shutdown();
+}
