@@ -27,6 +27,8 @@ int fib(int n) {
   auto b = manta::task(fib).remote(n - 2);
   return manta::get(a) + manta::get(b);
 }
+/// Each level waits on the next: on a small pool the whole chain nests in one worker.
+int chain(int n) { return n == 0 ? 0 : 1 + manta::get(manta::task(chain).remote(n - 1)); }
 int sum_refs(std::vector<manta::object_ref<int>> refs) {
   int s = 0;
   for (auto& r : refs) s += manta::get(r);
@@ -50,7 +52,7 @@ int wait_inside(int n) {
   auto [ready, rest] = manta::wait(refs, static_cast<std::size_t>(n), 10s);
   return static_cast<int>(ready.size());
 }
-MANTA_REMOTE(square, add, concat, nothing, fib, sum_refs, borrowed, submit_inside, three,
+MANTA_REMOTE(square, add, concat, nothing, fib, chain, sum_refs, borrowed, submit_inside, three,
              throws_runtime, throws_int, pid_of, echo_lines, wait_inside);
 
 class tasks : public runtime_per_workers {};
@@ -82,6 +84,8 @@ TEST_P(tasks, nested_tasks_never_deadlock_a_small_pool) {
   // The pool did not grow to get there.
   EXPECT_EQ(manta::detail::runtime_process_ids().size(), static_cast<std::size_t>(GetParam()) + 1);
   EXPECT_EQ(manta::get(manta::task(wait_inside).remote(20)), 20);
+  // Deeper than the 32 levels a worker records in shared memory.
+  EXPECT_EQ(manta::get(manta::task(chain).remote(100), 50s), 100);
   auto ref = manta::get(manta::task(submit_inside).remote(12));
   EXPECT_EQ(manta::get(ref), 144);
 }

@@ -8,6 +8,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -181,7 +182,7 @@ class worker_runtime final : public process_context {
     auto* n = checked(node);
     if (!n->ready) {
       subscribe({n});
-      bool ok = blocked_wait(until, [n] { return n->ready; });
+      bool ok = blocked_wait(until, [n] { return n->ready; }, {n});
       if (!ok) throw timeout_error("manta: get timed out waiting for an object");
     }
     if (n->failed) ipc::throw_error(n->error);
@@ -203,7 +204,7 @@ class worker_runtime final : public process_context {
     };
     if (count() < num) {
       subscribe(ns);
-      blocked_wait(until, [&] { return count() >= num; });
+      blocked_wait(until, [&] { return count() >= num; }, ns);
     }
     ready.assign(ns.size(), false);
     for (std::size_t i = 0; i < ns.size(); ++i) ready[i] = ns[i]->ready;
@@ -327,19 +328,19 @@ class worker_runtime final : public process_context {
     write_contained(w, ids);
   }
 
-  std::uint64_t current_task() const {
-    std::uint32_t d = slot_.depth.load(std::memory_order_relaxed);
-    return d ? slot_.running[d - 1].load(std::memory_order_relaxed) : 0;
-  }
+  std::uint64_t current_task() const { return stack_.empty() ? 0 : stack_.back(); }
 
-  /// Waits for `done` while telling the driver this task is blocked, so its CPU
-  /// is lent and tasks sent meanwhile run here, nested.
+  /// Waits for `done` while telling the driver this task is blocked (and on
+  /// what), so its CPU is lent and tasks sent meanwhile run here, nested; the
+  /// producers of `awaited` first, when they have not started elsewhere.
   template <class Pred>
-  bool blocked_wait(detail::deadline until, Pred done) {
+  bool blocked_wait(detail::deadline until, Pred done, const std::vector<local_node*>& awaited) {
     std::uint64_t key = current_task();
     {
       ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::block));
       w.put(key);
+      w.put(static_cast<std::uint32_t>(awaited.size()));
+      for (auto* n : awaited) w.put(n->id);
     }
     bool ok = pump(no_nested::yes, until, done);
     ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::unblock));
@@ -471,10 +472,14 @@ class worker_runtime final : public process_context {
 
     const detail::function_info* fn = detail::function_by_id(fid);
     if (name.empty() && fn) name = fn->name;
-    std::uint32_t depth = slot_.depth.load(std::memory_order_relaxed);
-    if (depth >= static_cast<std::uint32_t>(max_depth)) depth = max_depth - 1;
-    slot_.running[depth].store(key, std::memory_order_relaxed);
-    slot_.depth.store(depth + 1, std::memory_order_release);
+    // The driver reads the first max_depth keys after a crash to know which tasks
+    // were running (and count a retry against them); deeper ones count as queued.
+    const std::size_t depth = stack_.size();
+    stack_.push_back(key);
+    if (depth < static_cast<std::size_t>(max_depth))
+      slot_.running[depth].store(key, std::memory_order_relaxed);
+    slot_.depth.store(static_cast<std::uint32_t>(std::min<std::size_t>(stack_.size(), max_depth)),
+                      std::memory_order_release);
 
     task_invocation inv(*this, std::move(args), nret, offered);
     running_.push_back(&inv);
@@ -533,7 +538,9 @@ class worker_runtime final : public process_context {
         ipc::write_error(w, error);
       }
     }
-    slot_.depth.store(depth, std::memory_order_release);
+    stack_.pop_back();
+    slot_.depth.store(static_cast<std::uint32_t>(std::min<std::size_t>(stack_.size(), max_depth)),
+                      std::memory_order_release);
     // Refs inside the results are held by their objects now (the driver saw task_done first).
     for (auto* n : result_holds_) detail::release(n);
     result_holds_.clear();
@@ -564,6 +571,7 @@ class worker_runtime final : public process_context {
   ipc::adaptive_spin spin_;
   std::vector<ref_node*> result_holds_;
   std::vector<task_invocation*> running_;  ///< innermost last
+  std::vector<std::uint64_t> stack_;        ///< keys of the tasks executing, innermost last
   std::chrono::steady_clock::time_point unflushed_since_{};
 };
 

@@ -47,6 +47,7 @@ struct object_entry final : detail::ref_node {
   std::vector<detail::ref_node*> contained;  ///< counted refs serialised inside
   store::arena* arena = nullptr;             ///< owner of the extent; null once it is unmapped
   // Guarded by the runtime's scheduler mutex while pending.
+  task_spec* producer = nullptr;  ///< the task that will seal it, until it is done
   std::vector<task_spec*> dependents;
   std::vector<subscriber> subscribers;
 

@@ -238,6 +238,11 @@ void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
     case ipc::msg::unblock: {
       bool block = static_cast<ipc::msg>(f.type) == ipc::msg::block;
       auto it = tasks_.find(r.get<std::uint64_t>());
+      std::vector<object_id> awaited;
+      if (block) {
+        awaited.resize(r.get<std::uint32_t>());
+        for (auto& id : awaited) id = r.get<object_id>();
+      }
       if (it == tasks_.end() || it->second->worker != w.slot) break;
       task_spec& t = *it->second;
       if (block && !t.blocked) {
@@ -245,6 +250,7 @@ void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
         t.blocked = true;
         ++w.blocked;
         if (!t.is_default()) ++w.nondefault;
+        lend_for(w, awaited);
       } else if (!block && t.blocked) {
         t.blocked = false;
         --w.blocked;
@@ -293,7 +299,7 @@ void node_runtime::on_task_done(worker_link& w, ipc::frame_reader& r) {
                  (t->options.max_retries < 0 || t->attempts < t->options.max_retries);
     if (retry) {
       ++t->attempts;
-      ready_.push_back(t);
+      enqueue(t);
     } else {
       fail_task(t, err);
     }

@@ -54,6 +54,7 @@ struct task_spec {
   int worker = -1;   ///< slot it was sent to, while in flight
   double charge = 0; ///< CPUs taken from the ledger (non-default tasks only)
   bool blocked = false;
+  bool queued = false;  ///< in ready_
   std::uint64_t grant = ipc::no_offset;  ///< extent offered for its result, while in flight
 };
 
@@ -158,6 +159,9 @@ class node_runtime final : public process::process_context {
   void take_cpu(worker_link& w, task_spec& t);
   void return_cpu(worker_link& w, task_spec& t);
   void requeue_front(task_spec* t);
+  void enqueue(task_spec* t);
+  /// A worker now waits on `awaited`: run their producers there if none started yet.
+  void lend_for(worker_link& w, const std::vector<object_id>& awaited);
   void drop_grant(worker_link& w, task_spec& t);
   void notify(const subscriber& s, object_entry* e);
   void mark_dirty(worker_link& w, bool now);

@@ -38,9 +38,31 @@ void node_runtime::register_task(task_spec* t) {
     fail_task(t, ipc::chained(*failed_dep->error, t->name()));
     return;
   }
+  for (auto* e : t->returns) e->producer = t;
   if (t->pending_deps == 0) {
-    ready_.push_back(t);
+    enqueue(t);
     dispatch();
+  }
+}
+
+void node_runtime::enqueue(task_spec* t) {
+  t->queued = true;
+  ready_.push_back(t);
+}
+
+void node_runtime::lend_for(worker_link& w, const std::vector<object_id>& awaited) {
+  // Running what the blocked task waits for keeps nesting shallow: otherwise a
+  // blocked worker takes whatever is queued, and fork-join code nests deeply.
+  for (const auto& id : awaited) {
+    if (w.blocked != static_cast<int>(w.in_flight.size())) return;  // no longer lending
+    object_entry* e = dir_.find(id);
+    task_spec* t = e ? e->producer : nullptr;
+    if (!t || !t->queued) continue;
+    const double need = t->is_default() ? 1.0 : t->options.num_cpus;
+    if (cpu_used_ + need > cpu_total_ + cpu_epsilon) return;
+    ready_.erase(std::find(ready_.begin(), ready_.end(), t));
+    t->queued = false;
+    send_task(w, *t);
   }
 }
 
@@ -50,6 +72,7 @@ void node_runtime::dispatch() {
     worker_link* w = pick_worker(*t);
     if (!w) break;
     ready_.pop_front();
+    t->queued = false;
     send_task(*w, *t);
   }
 }
@@ -220,7 +243,7 @@ void node_runtime::seal(object_entry* e, const ipc::value_location& loc,
     if (object_entry* c = dir_.acquire(id)) e->contained.push_back(c);
   publish(e, state_ready);
   for (auto* d : e->dependents)
-    if (--d->pending_deps == 0) ready_.push_back(d);
+    if (--d->pending_deps == 0) enqueue(d);
   e->dependents.clear();
   for (const auto& s : e->subscribers) notify(s, e);
   e->subscribers.clear();
@@ -254,6 +277,7 @@ void node_runtime::fail_task(task_spec* first, const ipc::error_info& first_erro
 }
 
 void node_runtime::finish_task(task_spec* t) {
+  for (auto* e : t->returns) e->producer = nullptr;
   tasks_.erase(t->key);
   delete t;
 }
@@ -267,6 +291,7 @@ void node_runtime::drop_grant(worker_link& w, task_spec& t) {
 
 void node_runtime::requeue_front(task_spec* t) {
   t->worker = -1;
+  t->queued = true;
   ready_.push_front(t);
 }
 
