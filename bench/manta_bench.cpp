@@ -15,25 +15,17 @@
 
 #include <manta/manta.hpp>
 
+#include "kernels.hpp"
+
 namespace {
 
 int identity(int x) { return x; }
 long inc(long x) { return x + 1; }
 double sum_span(std::span<const double> xs) { return std::accumulate(xs.begin(), xs.end(), 0.0); }
 
-constexpr int n = 1000, window = 10;
-void moving_average_rows(const double* m, int first, int rows, double* out) {
-  for (int r = 0; r < rows; ++r) {
-    const double* row = m + static_cast<std::size_t>(first + r) * n;
-    double* o = out + static_cast<std::size_t>(r) * n;
-    for (int j = 0; j < n; ++j) {
-      int lo = std::max(0, j - window);
-      double s = 0;
-      for (int k = lo; k <= j; ++k) s += row[k];
-      o[j] = s / (j - lo + 1);
-    }
-  }
-}
+using manta_bench::moving_average_rows;
+using manta_bench::n;
+using manta_bench::random_matrix;
 manta::buffer<double> moving_average_block(std::span<const double> m, int first, int rows) {
   auto out = manta::make_buffer<double>(static_cast<std::size_t>(rows) * n);
   moving_average_rows(m.data(), first, rows, out.data());
@@ -156,14 +148,6 @@ void pool_map(benchmark::State& state) {
 BENCHMARK(pool_map)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // ---- moving average, 1000 x 1000, beside the sequential loop
-
-std::vector<double> random_matrix() {
-  std::vector<double> m(static_cast<std::size_t>(n) * n);
-  std::mt19937_64 rng(0);
-  std::normal_distribution<double> normal;
-  for (double& x : m) x = normal(rng);
-  return m;
-}
 
 void baseline_sequential_moving_average(benchmark::State& state) {
   auto m = random_matrix();

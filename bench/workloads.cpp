@@ -19,6 +19,8 @@
 
 #include <manta/manta.hpp>
 
+#include "kernels.hpp"
+
 namespace {
 
 int noop(int x) { return x; }
@@ -40,19 +42,8 @@ std::vector<double> add(std::span<const double> a, std::span<const double> b) {
   return out;
 }
 
-constexpr int n = 1000, window = 10;
-void ma_rows(const double* m, int first, int rows, double* out) {
-  for (int r = 0; r < rows; ++r) {
-    const double* row = m + static_cast<std::size_t>(first + r) * n;
-    double* o = out + static_cast<std::size_t>(r) * n;
-    for (int j = 0; j < n; ++j) {
-      int lo = std::max(0, j - window);
-      double s = 0;
-      for (int k = lo; k <= j; ++k) s += row[k];
-      o[j] = s / (j - lo + 1);
-    }
-  }
-}
+using manta_bench::n;
+constexpr auto ma_rows = manta_bench::moving_average_rows;
 std::vector<double> ma_row(std::span<const double> m, int row) {
   std::vector<double> out(n);
   ma_rows(m.data(), row, 1, out.data());
@@ -88,7 +79,7 @@ void row(const char* w, const std::string& variant, const std::string& figure) {
   std::printf("| %s | %s | %s |\n", w, variant.c_str(), figure.c_str());
 }
 std::string fmt(const char* f, double v) {
-  char b[64];
+  char b[256];
   std::snprintf(b, sizeof b, f, v);
   return b;
 }
@@ -154,10 +145,7 @@ void w3(int runs) {
 
 void w4(int runs) {
   manta::init({.num_workers = 2});
-  std::vector<double> m(static_cast<std::size_t>(n) * n);
-  std::mt19937_64 rng(0);
-  std::normal_distribution<double> normal;
-  for (double& x : m) x = normal(rng);
+  std::vector<double> m = manta_bench::random_matrix();
   auto shared = manta::put(m);
   // The sequential baseline writes into an output allocated once: the fastest loop.
   std::vector<double> expect(m.size());

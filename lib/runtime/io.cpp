@@ -278,16 +278,12 @@ void node_runtime::on_task_done(worker_link& w, ipc::frame_reader& r) {
   t->worker = -1;
   if (ok) {
     for (auto* e : t->returns) {
-      auto n = r.get<std::uint32_t>();
-      std::vector<object_id> contained(n);
-      for (auto& id : contained) id = r.get<object_id>();
-      auto loc = ipc::read_location(r);
-      if (loc.offset != ipc::no_offset && !w.extents.count(loc.offset))
-        throw ipc::protocol_error("manta: result in an extent never granted");
+      std::vector<object_id> contained;
+      auto loc = read_value(w, r, contained);
       seal(e, loc, std::move(contained), &w);
     }
     drop_grant(w, *t);
-    auto& s = stats_[t->fn->id ^ (static_cast<std::uint64_t>(t->mode) << 62)];
+    auto& s = stats_[stats_key(*t)];
     s.ewma_ns = s.known ? (s.ewma_ns * 7 + static_cast<double>(ns)) / 8 : static_cast<double>(ns);
     s.known = true;
     if (t->num_returns == 1) s.result_bytes = t->returns[0]->size;
@@ -352,15 +348,21 @@ void node_runtime::on_submit(worker_link& w, ipc::frame_reader& r) {
   register_task(raw);
 }
 
+ipc::value_location node_runtime::read_value(worker_link& w, ipc::frame_reader& r,
+                                             std::vector<object_id>& contained) {
+  contained.resize(r.get<std::uint32_t>());
+  for (auto& id : contained) id = r.get<object_id>();
+  auto loc = ipc::read_location(r);
+  if (loc.offset != ipc::no_offset && !w.extents.count(loc.offset))
+    throw ipc::protocol_error("manta: a value in an extent never granted to this worker");
+  return loc;
+}
+
 void node_runtime::on_put(worker_link& w, ipc::frame_reader& r) {
   auto id = r.get<object_id>();
   if ((id.hi >> 32) != epoch_) throw ipc::protocol_error("manta: put with a foreign id");
-  auto n = r.get<std::uint32_t>();
-  std::vector<object_id> contained(n);
-  for (auto& c : contained) c = r.get<object_id>();
-  auto loc = ipc::read_location(r);
-  if (loc.offset != ipc::no_offset && !w.extents.count(loc.offset))
-    throw ipc::protocol_error("manta: put into an extent never granted");
+  std::vector<object_id> contained;
+  auto loc = read_value(w, r, contained);
   object_entry* e = new_entry(id, 1);  // the worker's ref
   w.holds.insert(id);
   seal(e, loc, std::move(contained), &w);

@@ -115,6 +115,10 @@ class node_runtime final : public process::process_context {
   std::size_t object_count() const { return dir_.size(); }
 
  private:
+  /// Statistics are kept per function and call mode.
+  static std::uint64_t stats_key(const task_spec& t) {
+    return t.fn->id ^ (static_cast<std::uint64_t>(t.mode) << 62);
+  }
   struct fn_stats {
     double ewma_ns = 0;
     bool known = false;
@@ -190,6 +194,9 @@ class node_runtime final : public process::process_context {
   void on_task_done(worker_link& w, ipc::frame_reader& r);
   void on_submit(worker_link& w, ipc::frame_reader& r);
   void on_put(worker_link& w, ipc::frame_reader& r);
+  /// A value a worker sent: the refs inside it, then where it lies (checked).
+  ipc::value_location read_value(worker_link& w, ipc::frame_reader& r,
+                                 std::vector<object_id>& contained);
   void forward_output(worker_link& w, bool err, bool drain);
   void wake_io();
 

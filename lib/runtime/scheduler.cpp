@@ -18,9 +18,6 @@ constexpr double cpu_epsilon = 1e-9;
 constexpr double pipeline_window_ns = 1e6;
 constexpr std::size_t max_pipeline = 1024;
 
-std::uint64_t stats_key(const task_spec& t) {
-  return t.fn->id ^ (static_cast<std::uint64_t>(t.mode) << 62);
-}
 }  // namespace
 
 void node_runtime::register_task(task_spec* t) {

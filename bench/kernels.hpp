@@ -1,0 +1,37 @@
+// kernels.hpp: the work the benchmarks measure, shared by manta_bench and
+// manta_workloads (the samples keep their own copy: each sample is one file).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <random>
+#include <vector>
+
+namespace manta_bench {
+
+constexpr int n = 1000;      // moving average over an n x n matrix
+constexpr int window = 10;   // each output averages up to window + 1 inputs
+
+/// Ray tutorial's moving average of `rows` rows from `first`, into `out`.
+inline void moving_average_rows(const double* m, int first, int rows, double* out) {
+  for (int r = 0; r < rows; ++r) {
+    const double* row = m + static_cast<std::size_t>(first + r) * n;
+    double* o = out + static_cast<std::size_t>(r) * n;
+    for (int j = 0; j < n; ++j) {
+      int lo = std::max(0, j - window);
+      double s = 0;
+      for (int k = lo; k <= j; ++k) s += row[k];
+      o[j] = s / (j - lo + 1);
+    }
+  }
+}
+
+inline std::vector<double> random_matrix() {
+  std::vector<double> m(static_cast<std::size_t>(n) * n);
+  std::mt19937_64 rng(0);
+  std::normal_distribution<double> normal;
+  for (double& x : m) x = normal(rng);
+  return m;
+}
+
+}  // namespace manta_bench
