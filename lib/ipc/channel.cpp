@@ -101,13 +101,6 @@ inbox::status inbox::read_some() {
   }
 }
 
-bool inbox::has_frame() const {
-  if (end_ - begin_ < sizeof(frame_header)) return false;
-  frame_header h;
-  std::memcpy(&h, buf_.get() + begin_, sizeof h);
-  return end_ - begin_ >= sizeof h + pad8(h.size);
-}
-
 bool inbox::next(frame& f) {
   if (end_ - begin_ < sizeof(frame_header)) return false;
   frame_header h;

@@ -66,8 +66,6 @@ class inbox {
   status read_some();
   /// The next complete frame, if any. @throws protocol_error on a malformed header.
   bool next(frame& f);
-  /// Whether a complete frame is buffered.
-  bool has_frame() const;
 
  private:
   int fd_ = -1;

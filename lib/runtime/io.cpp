@@ -468,7 +468,7 @@ void node_runtime::on_spawned(const process::zygote_reply& r, std::vector<int>& 
   w.out = ipc::outbox(w.out_fd, {&control_->slots[r.slot].inbox_seq});
   w.seen_seq = control_->slots[r.slot].outbox_seq.load(std::memory_order_acquire);
   w.in = ipc::inbox(w.in_fd);
-  w.input_closed = w.exited = w.dirty = w.flush_now = w.write_armed = false;
+  w.input_closed = w.exited = w.dirty = w.write_armed = false;
   w.in_flight.clear();
   w.blocked = w.active_default = w.nondefault = 0;
   w.holds_cpu = false;

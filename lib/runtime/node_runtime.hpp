@@ -7,7 +7,6 @@
 #include <sys/types.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -79,7 +78,7 @@ struct worker_link {
   std::uint32_t seen_seq = 0;  ///< its outbox_seq when its pipe was last drained
   bool input_closed = false, exited = false;
   int exit_status = 0;
-  bool dirty = false, flush_now = false, write_armed = false;
+  bool dirty = false, write_armed = false;
 };
 
 class node_runtime final : public process::process_context {
