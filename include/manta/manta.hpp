@@ -2,6 +2,7 @@
 // functions, futures (object_ref), a shared-memory object store and process pools.
 #pragma once
 
+#include <manta/actor.hpp>
 #include <manta/buffer.hpp>
 #include <manta/errors.hpp>
 #include <manta/object_ref.hpp>

@@ -1,14 +1,18 @@
-// registry.hpp: registration of remote functions by name (MANTA_REMOTE), so every
-// process of the same binary, on any node, finds them; and the type-erased
-// invokers that decode arguments, call the function and encode its results.
+// registry.hpp: registration of remote functions (MANTA_REMOTE) and actor classes
+// (MANTA_ACTOR) by name, so every process of the same binary, on any node, finds
+// them; and the type-erased invokers that decode arguments, call the function,
+// constructor or method, and encode its results.
 #pragma once
 
+#include <array>
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -39,29 +43,47 @@ class invocation {
   /// Result i is `size` bytes already written into `x` (a buffer): adopted, not copied.
   virtual void set_result_extent(std::size_t i, std::uint64_t tag, const extent& x,
                                  std::size_t size) = 0;
+  /// Methods: the actor object this process hosts.
+  virtual void* instance() = 0;
+  /// Constructors: the new actor object, and how to destroy it.
+  virtual void adopt_instance(void* object, void (*destroy)(void*)) = 0;
 
  protected:
   ~invocation() = default;
 };
 
-using invoker = void (*)(erased_fn, invocation&);
+struct function_info;
+using invoker = void (*)(const function_info&, invocation&);
 
-/// A registered function: its name, id (hash of the name) and invokers.
+enum class callable_kind : std::uint8_t { function, constructor, method };
+
+/// A registered callable: a function, an actor constructor or an actor method.
+/// `id` is the hash of its name, the same in every process of the binary.
 struct function_info {
   std::string name;
   std::uint64_t id = 0;
-  erased_fn fn = nullptr;
+  callable_kind kind = callable_kind::function;
+  erased_fn fn = nullptr;                      ///< functions
+  std::array<unsigned char, 16> member{};      ///< methods: the member pointer's bytes
+  std::uint64_t class_tag = 0;                 ///< constructors and methods: the actor class
   std::size_t arity = 0;
   invoker call = nullptr;
   invoker map = nullptr;      ///< unary functions: applies f over a chunk
   invoker starmap = nullptr;  ///< applies f over a chunk of argument tuples
 };
 
-void register_function(function_info info);
+/// Registers a callable; returns the stored record (never freed).
+const function_info& register_function(function_info info);
 /// @throws usage_error naming the function if it was never registered.
 const function_info& function_for(erased_fn fn);
-/// nullptr if no function of this binary has that id (or two share its name).
+/// @throws usage_error if the method was not listed in MANTA_ACTOR.
+const function_info& method_for(std::uint64_t class_tag, const void* member, std::size_t size);
+/// nullptr if no callable of this binary has that id (or two share its name).
 const function_info* function_by_id(std::uint64_t id);
+/// Records an actor class's name under its type tag (for messages and get_actor).
+void register_actor_class(std::uint64_t class_tag, std::string name);
+/// The name MANTA_ACTOR gave the class, or its demangled type name.
+std::string actor_class_name(std::uint64_t class_tag);
 /// Splits "a, b<c, d>, e" at top-level commas.
 std::vector<std::string> split_names(const char* names);
 
@@ -153,9 +175,10 @@ inline void check_arity(invocation& inv, std::size_t arity) {
                       " arguments, function takes " + std::to_string(arity));
 }
 
-template <class R, class... P>
-void invoke_call(erased_fn fn, invocation& inv) {
-  auto f = reinterpret_cast<R (*)(P...)>(fn);
+/// Decodes the arguments for parameters P..., calls `f` with them (as the
+/// parameters want them: lvalues or moved) and stores what it returns.
+template <class R, class... P, class F>
+void decode_call_store(invocation& inv, F&& f) {
   check_arity(inv, sizeof...(P));
   auto args = [&]<std::size_t... I>(std::index_sequence<I...>) {
     return std::tuple<param_t<P>...>{decode_param<P>(inv.arg(I), I)...};
@@ -171,9 +194,15 @@ void invoke_call(erased_fn fn, invocation& inv) {
   }
 }
 
+template <class R, class... P>
+void invoke_call(const function_info& info, invocation& inv) {
+  auto f = reinterpret_cast<R (*)(P...)>(info.fn);
+  decode_call_store<R, P...>(inv, f);
+}
+
 template <class R, class P>
-void invoke_map(erased_fn fn, invocation& inv) {
-  auto f = reinterpret_cast<R (*)(P)>(fn);
+void invoke_map(const function_info& info, invocation& inv) {
+  auto f = reinterpret_cast<R (*)(P)>(info.fn);
   check_arity(inv, 1);
   using X = param_t<P>;
   const arg_view a = inv.arg(0);
@@ -187,8 +216,8 @@ void invoke_map(erased_fn fn, invocation& inv) {
 }
 
 template <class R, class... P>
-void invoke_starmap(erased_fn fn, invocation& inv) {
-  auto f = reinterpret_cast<R (*)(P...)>(fn);
+void invoke_starmap(const function_info& info, invocation& inv) {
+  auto f = reinterpret_cast<R (*)(P...)>(info.fn);
   check_arity(inv, 1);
   using X = std::tuple<param_t<P>...>;
   const arg_view a = inv.arg(0);
@@ -235,6 +264,97 @@ struct function_registrar {
   }
 };
 
+// ---- actors
+
+template <class M>
+M member_from(const function_info& info) {
+  static_assert(sizeof(M) <= sizeof(info.member));
+  M m;
+  std::memcpy(&m, info.member.data(), sizeof(M));
+  return m;
+}
+
+/// Calls method M of class T with parameters P... on the hosted instance.
+template <class M, class T, class R, class... P>
+struct method_call {
+  using class_type = T;
+  using result = R;
+  static void invoke(const function_info& info, invocation& inv) {
+    T* self = static_cast<T*>(inv.instance());
+    M m = member_from<M>(info);
+    decode_call_store<R, P...>(inv, [&](auto&&... a) -> decltype(auto) {
+      return (self->*m)(std::forward<decltype(a)>(a)...);
+    });
+  }
+};
+
+template <class M>
+struct method_traits;
+template <class T, class R, class... P>
+struct method_traits<R (T::*)(P...)> : method_call<R (T::*)(P...), T, R, P...> {};
+template <class T, class R, class... P>
+struct method_traits<R (T::*)(P...) const> : method_call<R (T::*)(P...) const, T, R, P...> {};
+template <class T, class R, class... P>
+struct method_traits<R (T::*)(P...) noexcept> : method_call<R (T::*)(P...) noexcept, T, R, P...> {};
+template <class T, class R, class... P>
+struct method_traits<R (T::*)(P...) const noexcept>
+    : method_call<R (T::*)(P...) const noexcept, T, R, P...> {};
+
+template <class M>
+using method_result_t = typename method_traits<M>::result;
+
+template <class M>
+function_info make_method_info(std::string name, M member) {
+  using T = typename method_traits<M>::class_type;
+  function_info info;
+  info.name = std::move(name);
+  info.id = fnv1a(info.name);
+  info.kind = callable_kind::method;
+  info.class_tag = type_tag<T>();
+  std::memcpy(info.member.data(), &member, sizeof(M));
+  info.call = &method_traits<M>::invoke;
+  return info;
+}
+
+template <class T, class... A>
+void invoke_constructor(const function_info&, invocation& inv) {
+  decode_call_store<void, A...>(inv, [&](auto&&... a) {
+    inv.adopt_instance(new T(std::forward<decltype(a)>(a)...),
+                       [](void* p) { delete static_cast<T*>(p); });
+  });
+}
+
+/// The constructor T(A...) as a registered callable, registered during static
+/// initialisation (so forked processes have it) by the first use of this type.
+template <class T, class... A>
+struct constructor_registration {
+  static const function_info& make() {
+    function_info info;
+    // Type names, not MANTA_ACTOR's name: static initialisation order across
+    // translation units must not change the id.
+    info.name = type_name_of_tag(type_tag<T>()) + "(" + type_name_of_tag(type_tag<void (*)(A...)>()) + ")";
+    info.id = fnv1a(info.name);
+    info.kind = callable_kind::constructor;
+    info.class_tag = type_tag<T>();
+    info.arity = sizeof...(A);
+    info.call = &invoke_constructor<T, A...>;
+    return register_function(std::move(info));
+  }
+  static inline const function_info& info = make();
+};
+
+/// Registers an actor class and its methods (MANTA_ACTOR).
+template <class T>
+struct actor_registrar {
+  template <class... M>
+  actor_registrar(const char* class_name, const char* method_names, M... methods) {
+    register_actor_class(type_tag<T>(), class_name);
+    std::vector<std::string> list = split_names(method_names);
+    std::size_t i = 0;
+    (register_function(make_method_info(list.at(i++), methods)), ...);
+  }
+};
+
 }  // namespace manta::detail
 
 #define MANTA_PP_CAT_(a, b) a##b
@@ -247,4 +367,14 @@ struct function_registrar {
   [[maybe_unused]] static const ::manta::detail::function_registrar MANTA_PP_CAT( \
       manta_remote_registrar_, __COUNTER__) {                                      \
     #__VA_ARGS__, __VA_ARGS__                                                      \
+  }
+
+/// Register an actor class and the methods callable on it, by name:
+///     struct Counter { int increment(); int read() const; };
+///     MANTA_ACTOR(Counter, &Counter::increment, &Counter::read);
+/// Use at namespace scope, once per class.
+#define MANTA_ACTOR(T, ...)                                                           \
+  [[maybe_unused]] static const ::manta::detail::actor_registrar<T> MANTA_PP_CAT(    \
+      manta_actor_registrar_, __COUNTER__) {                                          \
+    #T, #__VA_ARGS__, __VA_ARGS__                                                     \
   }

@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstddef>
+#include <map>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -73,6 +74,17 @@ class task_builder {
   task_builder& num_cpus(double n) {
     if (!(n >= 0)) throw usage_error("manta: num_cpus must be >= 0");
     options_.num_cpus = n;
+    return *this;
+  }
+  /// GPUs the task holds while it runs; their ids are in manta::gpu_ids() there.
+  task_builder& num_gpus(double n) {
+    if (!(n >= 0)) throw usage_error("manta: num_gpus must be >= 0");
+    options_.num_gpus = n;
+    return *this;
+  }
+  /// Custom resources the task holds while it runs, e.g. {{"sensor", 1}}.
+  task_builder& resources(std::map<std::string, double> r) {
+    options_.resources = std::move(r);
     return *this;
   }
   /// Times to re-run the task when its worker dies (default 3; -1 = forever).

@@ -14,6 +14,8 @@ enum class msg : std::uint16_t {
   run_task = 1,      ///< key, function, mode, returns, options, arguments
   object_ready = 2,  ///< an object a worker subscribed to is sealed (or failed)
   alloc_reply = 3,   ///< an arena extent for a worker's large value (or a failure)
+  actor_reply = 4,   ///< the answer to find_actor
+  resources_reply = 5,  ///< the answer to resources_request
   // worker -> driver
   task_done = 16,      ///< results or the error of a task
   submit = 17,         ///< a nested task
@@ -25,6 +27,9 @@ enum class msg : std::uint16_t {
   block = 23,          ///< the running task waits in get/wait: its CPU is lent
   unblock = 24,        ///< the task runs again
   free_alloc = 25,     ///< give back an extent that was never sealed
+  find_actor = 26,     ///< the actor with this name (get_actor)
+  kill_actor = 27,     ///< end this actor
+  resources_request = 28,  ///< the node's resources (available or total)
 };
 
 enum class error_kind : std::uint8_t {

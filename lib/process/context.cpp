@@ -14,6 +14,7 @@
 #include <unordered_map>
 
 #include <manta/errors.hpp>
+#include <manta/actor.hpp>
 #include <manta/pool.hpp>
 #include <manta/registry.hpp>
 
@@ -118,6 +119,27 @@ ref_node* ref_from_id(const object_id& id) {
 void submit(task_request&& request, ref_node** returns) {
   context_use use;
   require_context("task(...).remote").submit(std::move(request), returns);
+}
+
+ref_node* find_actor(const std::string& name, std::uint64_t class_tag) {
+  context_use use;
+  return require_context("get_actor").find_actor(name, class_tag);
+}
+
+void kill_actor(ref_node* node) {
+  context_use use;
+  require_context("kill").kill_actor(node);
+}
+
+std::vector<int> current_gpu_ids() {
+  context_use use;
+  process::process_context* c = process::current_context();
+  return c ? c->gpu_ids() : std::vector<int>{};
+}
+
+std::map<std::string, double> node_resources(bool available_only) {
+  context_use use;
+  return require_context("available_resources").resources(available_only);
 }
 
 std::size_t worker_count() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <span>
 #include <vector>
@@ -28,6 +29,10 @@ class process_context {
   /// The last local count of `n` is gone.
   virtual void release(detail::ref_node* n) noexcept = 0;
   virtual void submit(detail::task_request&& request, detail::ref_node** returns) = 0;
+  virtual detail::ref_node* find_actor(const std::string& name, std::uint64_t class_tag) = 0;
+  virtual void kill_actor(detail::ref_node* node) = 0;
+  virtual std::vector<int> gpu_ids() = 0;
+  virtual std::map<std::string, double> resources(bool available_only) = 0;
   virtual std::size_t worker_count() const noexcept = 0;
   virtual std::uint32_t epoch() const noexcept = 0;
   virtual bool is_worker() const noexcept = 0;

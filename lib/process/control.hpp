@@ -8,7 +8,7 @@
 
 namespace manta::process {
 
-inline constexpr int max_slots = 256;
+inline constexpr int max_slots = 1024;  ///< pool workers plus actor hosts
 inline constexpr int max_depth = 32;
 
 struct alignas(64) process_slot {

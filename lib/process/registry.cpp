@@ -2,6 +2,7 @@
 // and by id, the hash of the name (for running them in any process of the binary).
 #include <dlfcn.h>
 
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -16,6 +17,8 @@ struct registry {
   std::unordered_map<erased_fn, function_info*> by_fn;
   std::unordered_map<std::uint64_t, function_info*> by_id;
   std::unordered_map<std::uint64_t, bool> ambiguous;
+  std::unordered_map<std::uint64_t, std::vector<function_info*>> methods;  ///< by class tag
+  std::unordered_map<std::uint64_t, std::string> class_names;
 };
 
 // Never destroyed: registrations happen during static initialisation and lookups
@@ -27,14 +30,54 @@ registry& table() {
 
 }  // namespace
 
-void register_function(function_info info) {
+const function_info& register_function(function_info info) {
   registry& r = table();
   std::lock_guard lock(r.mu);
-  if (r.by_fn.count(info.fn)) return;  // the same function listed twice
+  if (info.kind == callable_kind::function) {
+    if (auto it = r.by_fn.find(info.fn); it != r.by_fn.end()) return *it->second;  // listed twice
+  } else if (auto it = r.by_id.find(info.id); it != r.by_id.end() && it->second->kind == info.kind &&
+                                               it->second->class_tag == info.class_tag &&
+                                               it->second->member == info.member) {
+    return *it->second;  // the same constructor or method again
+  }
   auto* stored = new function_info(std::move(info));
-  r.by_fn.emplace(stored->fn, stored);
+  if (stored->kind == callable_kind::function) r.by_fn.emplace(stored->fn, stored);
+  if (stored->kind == callable_kind::method) r.methods[stored->class_tag].push_back(stored);
   auto [it, inserted] = r.by_id.emplace(stored->id, stored);
-  if (!inserted && it->second->fn != stored->fn) r.ambiguous[stored->id] = true;
+  if (!inserted) r.ambiguous[stored->id] = true;
+  return *stored;
+}
+
+const function_info& method_for(std::uint64_t class_tag, const void* member, std::size_t size) {
+  registry& r = table();
+  std::lock_guard lock(r.mu);
+  for (function_info* m : r.methods[class_tag])
+    if (std::memcmp(m->member.data(), member, size) == 0) {
+      if (r.ambiguous.count(m->id))
+        throw usage_error("manta: two different methods are registered as '" + m->name + "'");
+      return *m;
+    }
+  auto name = r.class_names.find(class_tag);
+  throw usage_error("manta: this method of " +
+                    (name != r.class_names.end() ? name->second : type_name_of_tag(class_tag)) +
+                    " is not registered; list it in MANTA_ACTOR(" +
+                    (name != r.class_names.end() ? name->second : std::string("T")) + ", &T::method, ...)");
+}
+
+void register_actor_class(std::uint64_t class_tag, std::string name) {
+  registry& r = table();
+  std::lock_guard lock(r.mu);
+  r.class_names.emplace(class_tag, std::move(name));
+}
+
+std::string actor_class_name(std::uint64_t class_tag) {
+  {
+    registry& r = table();
+    std::lock_guard lock(r.mu);
+    auto it = r.class_names.find(class_tag);
+    if (it != r.class_names.end()) return it->second;
+  }
+  return type_name_of_tag(class_tag);
 }
 
 const function_info& function_for(erased_fn fn) {

@@ -1,15 +1,21 @@
-// process/worker.cpp: the worker runtime. Tasks arrive on the driver's pipe and
-// run one at a time; a task that waits in get/wait tells the driver (which lends
-// its CPU) and runs whatever tasks the driver sends meanwhile, nested on its
-// stack, so a fixed pool never deadlocks on nested tasks. Results go back in
-// batches; large values are written once into arena extents the driver grants.
+// process/worker.cpp: the runtime of a worker process. Tasks arrive on the
+// driver's pipe and run one at a time; a task that waits in get/wait tells the
+// driver (which lends its CPU) and runs whatever tasks the driver sends meanwhile,
+// nested on its stack, so a fixed pool never deadlocks on nested tasks. Results
+// go back in batches; large values are written once into arena extents.
+//
+// The same process hosts an actor once it receives a constructor: then calls
+// never nest (a waiting method holds back the ones behind it), and with
+// max_concurrency > 1 a reader thread feeds a pool of executor threads.
 #include "process/worker.hpp"
 
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -17,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <typeinfo>
 #include <unordered_map>
 #include <vector>
@@ -28,6 +35,7 @@
 #include "ipc/protocol.hpp"
 #include "observe/log.hpp"
 #include "process/context.hpp"
+#include "process/task_wire.hpp"
 
 namespace manta::process {
 namespace {
@@ -55,7 +63,53 @@ struct result_slot {
   std::vector<object_id> contained;
 };
 
+/// A recursive mutex whose waits release every level the thread holds, so a
+/// thread waiting deep inside nested calls never blocks the thread it waits for.
+class reentrant_mutex {
+ public:
+  void lock() {
+    if (owner_.load(std::memory_order_relaxed) == std::this_thread::get_id()) {
+      ++depth_;
+      return;
+    }
+    m_.lock();
+    owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    depth_ = 1;
+  }
+  void unlock() {
+    if (--depth_ == 0) {
+      owner_.store(std::thread::id(), std::memory_order_relaxed);
+      m_.unlock();
+    }
+  }
+  /// Waits on `cv` until `done()` or `until`, with the mutex (held by this thread) released.
+  template <class Pred>
+  bool wait_until(std::condition_variable& cv, detail::deadline until, Pred done) {
+    int saved = depth_;
+    depth_ = 0;
+    owner_.store(std::thread::id(), std::memory_order_relaxed);
+    std::unique_lock<std::mutex> l(m_, std::adopt_lock);
+    bool ok = until == detail::no_deadline ? (cv.wait(l, done), true) : cv.wait_until(l, until, done);
+    l.release();
+    owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    depth_ = saved;
+    return ok;
+  }
+
+ private:
+  std::mutex m_;
+  std::atomic<std::thread::id> owner_{};
+  int depth_ = 0;
+};
+
 class worker_runtime;
+class task_invocation;
+
+// What the calling thread is executing, innermost last: the one thread of a
+// worker, or each executor thread of an actor host with max_concurrency > 1.
+thread_local std::vector<std::uint64_t> tl_stack;
+thread_local std::vector<task_invocation*> tl_running;
+thread_local std::vector<ref_node*> tl_result_holds;
 
 /// The invocation a task's invoker sees: arguments from the copied frame or the arena.
 /// An extent the driver offered a task for its result (sized like the last one).
@@ -81,6 +135,8 @@ class task_invocation final : public detail::invocation {
   void set_result(std::size_t i, const detail::encoded_value& v) override;
   void set_result_extent(std::size_t i, std::uint64_t tag, const detail::extent& x,
                          std::size_t size) override;
+  void* instance() override;
+  void adopt_instance(void* object, void (*destroy)(void*)) override;
   std::vector<result_slot>& results() { return results_; }
   grant& offered() { return grant_; }
 
@@ -112,6 +168,7 @@ class worker_runtime final : public process_context {
         std::string body = std::move(deferred_.front());
         deferred_.pop_front();
         execute(reinterpret_cast<const std::byte*>(body.data()), body.size());
+        if (concurrency_ > 1) run_threaded();  // an actor with max_concurrency > 1 was made
       }
       pump(no_nested::no, detail::no_deadline, [this] { return !deferred_.empty(); });
     }
@@ -142,7 +199,7 @@ class worker_runtime final : public process_context {
   detail::extent allocate_extent(std::size_t bytes) override {
     std::lock_guard lock(mu_);
     std::uint64_t off;
-    if (running_.empty() || !running_.back()->offered().take(bytes, off)) off = allocate(bytes);
+    if (tl_running.empty() || !tl_running.back()->offered().take(bytes, off)) off = allocate(bytes);
     return {off, cfg_.arena_base + off, bytes, cfg_.epoch};
   }
 
@@ -178,11 +235,11 @@ class worker_runtime final : public process_context {
   }
 
   detail::object_data fetch(ref_node* node, detail::deadline until) override {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     auto* n = checked(node);
     if (!n->ready) {
       subscribe({n});
-      bool ok = blocked_wait(until, [n] { return n->ready; }, {n});
+      bool ok = await(lock, until, [n] { return n->ready; }, {n});
       if (!ok) throw timeout_error("manta: get timed out waiting for an object");
     }
     if (n->failed) ipc::throw_error(n->error);
@@ -194,7 +251,7 @@ class worker_runtime final : public process_context {
 
   void wait(std::span<ref_node* const> nodes, std::size_t num, detail::deadline until,
             std::vector<bool>& ready) override {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     std::vector<local_node*> ns;
     for (auto* node : nodes) ns.push_back(checked(node));
     auto count = [&] {
@@ -204,7 +261,7 @@ class worker_runtime final : public process_context {
     };
     if (count() < num) {
       subscribe(ns);
-      blocked_wait(until, [&] { return count() >= num; }, ns);
+      await(lock, until, [&] { return count() >= num; }, ns);
     }
     ready.assign(ns.size(), false);
     for (std::size_t i = 0; i < ns.size(); ++i) ready[i] = ns[i]->ready;
@@ -252,10 +309,8 @@ class worker_runtime final : public process_context {
       w.put(static_cast<std::uint8_t>(r.mode));
       w.put(r.num_returns);
       w.put(r.arg_count);
-      w.put(r.options.num_cpus);
-      w.put(static_cast<std::int32_t>(r.options.max_retries));
-      w.put(static_cast<std::uint8_t>(r.options.retry_exceptions));
-      w.string(r.options.name);
+      write_options(w, r.options);
+      w.put(r.actor ? r.actor->id : object_id{});
       for (std::uint16_t i = 0; i < r.num_returns; ++i) {
         auto* n = new local_node();
         n->id = next_id();
@@ -273,7 +328,61 @@ class worker_runtime final : public process_context {
     // The driver holds the dependencies now; our counts can go (after the message).
     for (auto* d : r.deps) detail::release(d);
     r.deps.clear();
+    detail::release(std::exchange(r.actor, nullptr));
     for (std::size_t i = 0; i < outs.size(); ++i) returns[i] = outs[i];
+  }
+
+  ref_node* find_actor(const std::string& name, std::uint64_t class_tag) override {
+    std::unique_lock lock(mu_);
+    std::uint64_t request = ++next_request_;
+    {
+      ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::find_actor));
+      w.put(request);
+      w.put(class_tag);
+      w.string(name);
+    }
+    await(lock, detail::no_deadline, [&] { return actor_replies_.count(request) > 0; }, {});
+    auto [id, error] = std::move(actor_replies_[request]);
+    actor_replies_.erase(request);
+    if (!error.empty()) throw usage_error(error);
+    if (id.empty()) return nullptr;
+    // The driver holds it for this process now (once, however many refs we make).
+    auto it = table_.find(id);
+    if (it != table_.end()) {
+      it->second->count.fetch_add(1, std::memory_order_relaxed);
+      return it->second;
+    }
+    auto* n = new local_node();
+    n->id = id;
+    n->epoch = cfg_.epoch;
+    n->count.store(1, std::memory_order_relaxed);
+    table_.emplace(id, n);
+    return n;
+  }
+
+  void kill_actor(ref_node* node) override {
+    std::lock_guard lock(mu_);
+    send_ids(msg::kill_actor, {checked(node)->id});
+    flush();
+  }
+
+  std::vector<int> gpu_ids() override {
+    std::lock_guard lock(mu_);
+    return gpu_ids_;
+  }
+
+  std::map<std::string, double> resources(bool available_only) override {
+    std::unique_lock lock(mu_);
+    std::uint64_t request = ++next_request_;
+    {
+      ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::resources_request));
+      w.put(request);
+      w.put(static_cast<std::uint8_t>(available_only));
+    }
+    await(lock, detail::no_deadline, [&] { return resources_replies_.count(request) > 0; }, {});
+    auto out = std::move(resources_replies_[request]);
+    resources_replies_.erase(request);
+    return out;
   }
 
   std::size_t worker_count() const noexcept override { return cfg_.num_workers; }
@@ -297,7 +406,7 @@ class worker_runtime final : public process_context {
 
   /// Holds refs serialised inside a result until the result has been sent.
   void hold(const std::vector<object_id>& ids) {
-    for (const auto& id : ids) result_holds_.push_back(ref_from_id(id));
+    for (const auto& id : ids) tl_result_holds.push_back(ref_from_id(id));
   }
 
  private:
@@ -328,7 +437,27 @@ class worker_runtime final : public process_context {
     write_contained(w, ids);
   }
 
-  std::uint64_t current_task() const { return stack_.empty() ? 0 : stack_.back(); }
+  std::uint64_t current_task() const { return tl_stack.empty() ? 0 : tl_stack.back(); }
+
+  void send_ids(msg type, const std::vector<object_id>& ids) {
+    ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(type));
+    write_contained(w, ids);
+  }
+
+  /// Waits until `done`. A pool worker tells the driver its task is blocked and
+  /// runs what the driver sends meanwhile; an actor host holds queued calls back
+  /// (methods of one actor never interleave); a threaded host sleeps until its
+  /// reader thread has news.
+  template <class Pred>
+  bool await(std::unique_lock<reentrant_mutex>&, detail::deadline until, Pred done,
+             const std::vector<local_node*>& awaited) {
+    if (threaded_) {
+      flush();
+      return mu_.wait_until(cv_, until, done);
+    }
+    if (actor_host_ || tl_stack.empty()) return pump(no_nested::no, until, done);
+    return blocked_wait(until, done, awaited);
+  }
 
   /// Waits for `done` while telling the driver this task is blocked (and on
   /// what), so its CPU is lent and tasks sent meanwhile run here, nested; the
@@ -356,7 +485,13 @@ class worker_runtime final : public process_context {
       w.put(request);
       w.put(static_cast<std::uint64_t>(size));
     }
-    pump(no_nested::no, detail::no_deadline, [&] { return alloc_replies_.count(request) > 0; });
+    if (threaded_) {
+      std::lock_guard lock(mu_);
+      flush();
+      mu_.wait_until(cv_, detail::no_deadline, [&] { return alloc_replies_.count(request) > 0; });
+    } else {
+      pump(no_nested::no, detail::no_deadline, [&] { return alloc_replies_.count(request) > 0; });
+    }
     std::uint64_t offset = alloc_replies_[request];
     alloc_replies_.erase(request);
     if (offset == ipc::no_offset)
@@ -408,7 +543,10 @@ class worker_runtime final : public process_context {
     auto r = f.reader();
     switch (static_cast<msg>(f.type)) {
       case msg::run_task:
-        if (nested == no_nested::yes) {
+        if (threaded_) {
+          work_.emplace_back(reinterpret_cast<const char*>(f.body), f.size);
+          work_cv_.notify_one();
+        } else if (nested == no_nested::yes) {
           // Copy first: reading more frames while it runs would move the buffer.
           std::string body(reinterpret_cast<const char*>(f.body), f.size);
           execute(reinterpret_cast<const std::byte*>(body.data()), body.size());
@@ -442,6 +580,23 @@ class worker_runtime final : public process_context {
         alloc_replies_[request] = r.get<std::uint64_t>();
         break;
       }
+      case msg::actor_reply: {
+        auto request = r.get<std::uint64_t>();
+        auto id = r.get<object_id>();
+        actor_replies_[request] = {id, r.string()};
+        break;
+      }
+      case msg::resources_reply: {
+        auto request = r.get<std::uint64_t>();
+        auto n = r.get<std::uint32_t>();
+        std::map<std::string, double> m;
+        for (std::uint32_t i = 0; i < n; ++i) {
+          std::string name = r.string();
+          m[name] = r.get<double>();
+        }
+        resources_replies_[request] = std::move(m);
+        break;
+      }
       default:
         MANTA_ERROR << "worker: unexpected message " << f.type;
         ::_exit(3);
@@ -462,6 +617,9 @@ class worker_runtime final : public process_context {
     grant offered;
     offered.offset = r.get<std::uint64_t>();
     offered.size = r.get<std::uint64_t>();
+    std::vector<int> gpus(r.get<std::uint16_t>());
+    for (int& g : gpus) g = r.get<std::int32_t>();
+    auto concurrency = r.get<std::uint16_t>();
     std::vector<detail::arg_view> args(nargs);
     for (auto& a : args) {
       auto loc = ipc::read_location(r);
@@ -472,17 +630,15 @@ class worker_runtime final : public process_context {
 
     const detail::function_info* fn = detail::function_by_id(fid);
     if (name.empty() && fn) name = fn->name;
+    if (!gpus.empty()) use_gpus(gpus);
     // The driver reads the first max_depth keys after a crash to know which tasks
     // were running (and count a retry against them); deeper ones count as queued.
-    const std::size_t depth = stack_.size();
-    stack_.push_back(key);
-    if (depth < static_cast<std::size_t>(max_depth))
-      slot_.running[depth].store(key, std::memory_order_relaxed);
-    slot_.depth.store(static_cast<std::uint32_t>(std::min<std::size_t>(stack_.size(), max_depth)),
-                      std::memory_order_release);
+    const std::size_t depth = tl_stack.size();
+    tl_stack.push_back(key);
+    if (!threaded_) record_depth(depth, key);
 
     task_invocation inv(*this, std::move(args), nret, offered);
-    running_.push_back(&inv);
+    tl_running.push_back(&inv);
     ipc::error_info error;
     bool ok = false;
     auto t0 = std::chrono::steady_clock::now();
@@ -492,8 +648,14 @@ class worker_runtime final : public process_context {
                              : mode == detail::call_mode::starmap ? fn->starmap
                                                                   : fn->call;
       if (!call) throw usage_error("manta: '" + fn->name + "' cannot be called in this mode");
-      call(fn->fn, inv);
+      if (mode == detail::call_mode::method && !instance_)
+        throw usage_error("manta: a method call reached a process hosting no actor");
+      call(*fn, inv);
       ok = true;
+      if (mode == detail::call_mode::construct) {
+        actor_host_ = true;
+        concurrency_ = std::max<int>(1, concurrency);
+      }
       for (auto& res : inv.results())
         if (!res.set) throw usage_error("manta: task did not produce all its returns");
     } catch (const task_error& e) {
@@ -504,6 +666,10 @@ class worker_runtime final : public process_context {
     } catch (const object_store_full& e) {
       error = {ipc::error_kind::object_store_full, "manta::object_store_full", e.what(), name, {},
                static_cast<std::int32_t>(::getpid()), 0};
+      ok = false;
+    } catch (const actor_died_error& e) {
+      error = {ipc::error_kind::actor_died, "manta::actor_died_error", e.what(), name,
+               {}, static_cast<std::int32_t>(::getpid()), 0};
       ok = false;
     } catch (const std::exception& e) {
       error = {ipc::error_kind::task_exception, detail::demangle(typeid(e).name()), e.what(), name,
@@ -519,7 +685,7 @@ class worker_runtime final : public process_context {
                   .count();
     std::fflush(stdout);
     std::fflush(stderr);
-    running_.pop_back();
+    tl_running.pop_back();
 
     std::lock_guard lock(mu_);
     {
@@ -538,18 +704,92 @@ class worker_runtime final : public process_context {
         ipc::write_error(w, error);
       }
     }
-    stack_.pop_back();
-    slot_.depth.store(static_cast<std::uint32_t>(std::min<std::size_t>(stack_.size(), max_depth)),
-                      std::memory_order_release);
+    tl_stack.pop_back();
+    if (!threaded_) record_depth(tl_stack.size(), 0);
     // Refs inside the results are held by their objects now (the driver saw task_done first).
-    for (auto* n : result_holds_) detail::release(n);
-    result_holds_.clear();
+    for (auto* n : tl_result_holds) detail::release(n);
+    tl_result_holds.clear();
 
+    if (threaded_) {
+      flush();  // executor threads have no pump to flush for them
+      return;
+    }
     if (unflushed_since_ == std::chrono::steady_clock::time_point{})
       unflushed_since_ = std::chrono::steady_clock::now();
     if (out_.pending() > (64u << 10) ||
         std::chrono::steady_clock::now() - unflushed_since_ > std::chrono::microseconds(200))
       flush();
+  }
+
+  /// Records the key running at `depth` (or, with key 0, the depth alone) where
+  /// the driver can read it after a crash; only the first max_depth levels fit.
+  void record_depth(std::size_t depth, std::uint64_t key) {
+    if (key && depth < static_cast<std::size_t>(max_depth))
+      slot_.running[depth].store(key, std::memory_order_relaxed);
+    std::size_t d = key ? depth + 1 : depth;
+    slot_.depth.store(static_cast<std::uint32_t>(std::min<std::size_t>(d, max_depth)),
+                      std::memory_order_release);
+  }
+
+  /// CUDA reads CUDA_VISIBLE_DEVICES when a process first uses it: an actor's
+  /// GPUs are set before its constructor; a worker keeps the first set it used.
+  void use_gpus(const std::vector<int>& ids) {
+    std::lock_guard lock(mu_);
+    gpu_ids_ = ids;
+    std::string list;
+    for (int g : ids) list += (list.empty() ? "" : ",") + std::to_string(g);
+    ::setenv("CUDA_VISIBLE_DEVICES", list.c_str(), 1);
+  }
+
+  /// An actor host with max_concurrency > 1: this thread only reads the pipe;
+  /// executor threads run the calls. Never returns.
+  [[noreturn]] void run_threaded() {
+    {
+      std::lock_guard lock(mu_);
+      threaded_ = true;
+      for (auto& body : deferred_) work_.push_back(std::move(body));
+      deferred_.clear();
+    }
+    for (int i = 0; i < concurrency_; ++i)
+      std::thread([this] { execute_calls(); }).detach();
+    std::unique_lock lock(mu_);
+    work_cv_.notify_all();
+    for (;;) {
+      ipc::frame f;
+      bool got;
+      try {
+        got = in_.next(f);
+      } catch (const ipc::protocol_error& e) {
+        MANTA_ERROR << "actor host: " << e.what();
+        ::_exit(3);
+      }
+      if (got) {
+        handle(f, no_nested::no);
+        cv_.notify_all();
+        continue;
+      }
+      flush();
+      lock.unlock();
+      std::uint32_t seen = slot_.inbox_seq.load(std::memory_order_acquire);
+      auto st = in_.read_some();
+      if (st == ipc::inbox::status::closed) ::_exit(0);  // the driver is gone
+      if (st == ipc::inbox::status::empty && !spin_.wait_for_change(slot_.inbox_seq, seen))
+        ipc::wait_readable(in_.fd(), -1);
+      lock.lock();
+    }
+  }
+
+  void execute_calls() {
+    for (;;) {
+      std::string body;
+      {
+        std::lock_guard lock(mu_);
+        mu_.wait_until(work_cv_, detail::no_deadline, [&] { return !work_.empty(); });
+        body = std::move(work_.front());
+        work_.pop_front();
+      }
+      execute(reinterpret_cast<const std::byte*>(body.data()), body.size());
+    }
   }
 
   void send_free(std::uint64_t offset) {
@@ -559,7 +799,7 @@ class worker_runtime final : public process_context {
 
   worker_config cfg_;
   process_slot& slot_;
-  std::recursive_mutex mu_;
+  reentrant_mutex mu_;
   ipc::inbox in_;
   ipc::outbox out_;
   std::uint64_t id_hi_;
@@ -567,12 +807,23 @@ class worker_runtime final : public process_context {
   std::uint64_t next_request_ = 0;
   std::unordered_map<object_id, local_node*> table_;
   std::unordered_map<std::uint64_t, std::uint64_t> alloc_replies_;
+  std::unordered_map<std::uint64_t, std::pair<object_id, std::string>> actor_replies_;
+  std::unordered_map<std::uint64_t, std::map<std::string, double>> resources_replies_;
   std::deque<std::string> deferred_;
   ipc::adaptive_spin spin_;
-  std::vector<ref_node*> result_holds_;
-  std::vector<task_invocation*> running_;  ///< innermost last
-  std::vector<std::uint64_t> stack_;        ///< keys of the tasks executing, innermost last
   std::chrono::steady_clock::time_point unflushed_since_{};
+  std::vector<int> gpu_ids_;
+  // The actor this process hosts, once a constructor ran here.
+  void* instance_ = nullptr;
+  void (*destroy_)(void*) = nullptr;
+  bool actor_host_ = false;
+  int concurrency_ = 1;
+  bool threaded_ = false;                  ///< max_concurrency > 1: reader + executor threads
+  std::condition_variable cv_;         ///< replies and objects arrived (threaded)
+  std::condition_variable work_cv_;    ///< calls arrived (threaded)
+  std::deque<std::string> work_;
+
+  friend class task_invocation;
 };
 
 void task_invocation::set_result(std::size_t i, const detail::encoded_value& v) {
@@ -585,6 +836,15 @@ void task_invocation::set_result(std::size_t i, const detail::encoded_value& v) 
   res.contained = v.contained;
   worker_.hold(v.contained);
   res.set = true;
+}
+
+void* task_invocation::instance() { return worker_.instance_; }
+
+void task_invocation::adopt_instance(void* object, void (*destroy)(void*)) {
+  // A restarted host runs its constructor once; a second one would leak the first.
+  if (worker_.instance_) throw usage_error("manta: this process already hosts an actor");
+  worker_.instance_ = object;
+  worker_.destroy_ = destroy;
 }
 
 void task_invocation::set_result_extent(std::size_t i, std::uint64_t tag, const detail::extent& x,

@@ -19,6 +19,7 @@
 namespace manta::runtime {
 
 struct task_spec;
+struct actor_record;
 
 /// Object states, in the low bits of object_entry::state.
 enum : std::uint32_t {
@@ -48,6 +49,7 @@ struct object_entry final : detail::ref_node {
   store::arena* arena = nullptr;             ///< owner of the extent; null once it is unmapped
   // Guarded by the runtime's scheduler mutex while pending.
   task_spec* producer = nullptr;  ///< the task that will seal it, until it is done
+  actor_record* actor = nullptr;   ///< set when this entry is an actor (what handles point to)
   std::vector<task_spec*> dependents;
   std::vector<subscriber> subscribers;
 

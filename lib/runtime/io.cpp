@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "ipc/fd_passing.hpp"
+#include "process/task_wire.hpp"
 #include "observe/log.hpp"
 #include "runtime/node_runtime.hpp"
 
@@ -93,8 +94,9 @@ int node_runtime::poll_events(int timeout_ms) {
   // Worker pipes first, by their sequence words: no syscall unless one moved.
   int handled = 0;
   std::uint32_t before = control_->driver_seq.load(std::memory_order_acquire);
-  for (auto& wp : workers_) {
-    worker_link& w = *wp;
+  const int slots = slots_in_use_.load(std::memory_order_acquire);
+  for (int i = 0; i < slots; ++i) {
+    worker_link& w = *workers_[i];
     if (w.st != worker_link::state::alive || w.input_closed) continue;
     std::uint32_t s = control_->slots[w.slot].outbox_seq.load(std::memory_order_acquire);
     if (s == w.seen_seq) continue;
@@ -245,19 +247,63 @@ void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
       }
       if (it == tasks_.end() || it->second->worker != w.slot) break;
       task_spec& t = *it->second;
-      if (block && !t.blocked) {
-        return_cpu(w, t);  // lend its CPU while it waits
-        t.blocked = true;
-        ++w.blocked;
-        if (!t.is_default()) ++w.nondefault;
+      if (t.actor) break;  // an actor keeps what it holds; its calls wait in line
+      if (block) {
+        lend_cpu(w, t);
         lend_for(w, awaited);
-      } else if (!block && t.blocked) {
-        t.blocked = false;
-        --w.blocked;
-        if (!t.is_default()) --w.nondefault;
-        take_cpu(w, t);
+      } else {
+        reclaim_cpu(w, t);
       }
       dispatch();
+      break;
+    }
+    case ipc::msg::find_actor: {
+      auto request = r.get<std::uint64_t>();
+      auto tag = r.get<std::uint64_t>();
+      std::string name = r.string();
+      object_id id;
+      std::string error;
+      try {
+        if (detail::ref_node* n = find_actor_locked(name, tag)) {
+          id = n->id;
+          // The worker's hold: one per process, however many handles it makes.
+          if (!w.holds.insert(id).second) detail::release(n);
+        }
+      } catch (const usage_error& e) {
+        error = e.what();
+      }
+      {
+        ipc::frame_writer reply(w.out.buffer(), static_cast<std::uint16_t>(ipc::msg::actor_reply));
+        reply.put(request);
+        reply.put(id);
+        reply.string(error);
+      }
+      mark_dirty(w, true);
+      break;
+    }
+    case ipc::msg::kill_actor: {
+      auto n = r.get<std::uint32_t>();
+      for (std::uint32_t i = 0; i < n; ++i)
+        if (object_entry* e = dir_.find(r.get<object_id>()); e && e->actor) {
+          e->actor->killed = true;
+          actor_dead(*e->actor, actor_error(*e->actor, "was killed by manta::kill"));
+        }
+      break;
+    }
+    case ipc::msg::resources_request: {
+      auto request = r.get<std::uint64_t>();
+      bool available = r.get<std::uint8_t>() != 0;
+      auto m = available ? ledger_.available() : ledger_.totals();
+      {
+        ipc::frame_writer reply(w.out.buffer(), static_cast<std::uint16_t>(ipc::msg::resources_reply));
+        reply.put(request);
+        reply.put(static_cast<std::uint32_t>(m.size()));
+        for (const auto& [name, amount] : m) {
+          reply.string(name);
+          reply.put(amount);
+        }
+      }
+      mark_dirty(w, true);
       break;
     }
     default:
@@ -276,6 +322,20 @@ void node_runtime::on_task_done(worker_link& w, ipc::frame_reader& r) {
   w.in_flight.erase(std::find(w.in_flight.begin(), w.in_flight.end(), t));
   return_cpu(w, *t);
   t->worker = -1;
+  if (t->mode == detail::call_mode::construct) {  // an actor's constructor
+    std::unique_ptr<task_spec> owned(t);
+    tasks_.erase(t->key);
+    drop_grant(w, *t);
+    if (ok) {
+      std::vector<object_id> contained;
+      read_value(w, r, contained);
+      on_constructed(*t->actor, nullptr);
+    } else {
+      ipc::error_info err = ipc::read_error(r);
+      on_constructed(*t->actor, &err);
+    }
+    return;
+  }
   if (ok) {
     for (auto* e : t->returns) {
       std::vector<object_id> contained;
@@ -311,10 +371,13 @@ void node_runtime::on_submit(worker_link& w, ipc::frame_reader& r) {
   t->mode = static_cast<detail::call_mode>(r.get<std::uint8_t>());
   t->num_returns = r.get<std::uint16_t>();
   t->arg_count = r.get<std::uint16_t>();
-  t->options.num_cpus = r.get<double>();
-  t->options.max_retries = r.get<std::int32_t>();
-  t->options.retry_exceptions = r.get<std::uint8_t>() != 0;
-  t->options.name = r.string();
+  t->options = process::read_options(r);
+  if (auto actor_id = r.get<object_id>(); !actor_id.empty()) {
+    t->actor_entry = dir_.acquire(actor_id);
+    if (!t->actor_entry || !t->actor_entry->actor)
+      throw ipc::protocol_error("manta: a method call on an unknown actor");
+    t->actor = t->actor_entry->actor;
+  }
   for (std::uint16_t i = 0; i < t->num_returns; ++i) {
     auto id = r.get<object_id>();
     if ((id.hi >> 32) != epoch_) throw ipc::protocol_error("manta: nested task with a foreign id");
@@ -322,6 +385,11 @@ void node_runtime::on_submit(worker_link& w, ipc::frame_reader& r) {
     w.holds.insert(id);
     dir_.insert(e);
     t->returns.push_back(e);
+  }
+  if (t->mode == detail::call_mode::construct) {
+    if (t->returns.size() != 1) throw ipc::protocol_error("manta: an actor constructor with results");
+    t->actor = new actor_record();
+    t->returns[0]->actor = t->actor;
   }
   auto ndeps = r.get<std::uint32_t>();
   for (std::uint32_t i = 0; i < ndeps; ++i) {
@@ -333,13 +401,11 @@ void node_runtime::on_submit(worker_link& w, ipc::frame_reader& r) {
   for (std::uint32_t i = 0; i < ncontained; ++i)
     if (object_entry* e = dir_.acquire(r.get<object_id>())) t->contained.push_back(e);
   t->args = r.string();
-  if (t->options.num_cpus > cpu_total_ + 1e-9) {
+  if (auto why = admit(*t)) {  // the nested caller gets the error from get
     t->key = ++next_key_;
     task_spec* raw = t.release();
     tasks_.emplace(raw->key, raw);
-    fail_task(raw, {ipc::error_kind::usage, "manta::usage_error",
-                    "manta: task '" + raw->name() + "' asks for more CPU than this node has",
-                    raw->name(), {}, 0, 0});
+    fail_task(raw, {ipc::error_kind::usage, "manta::usage_error", *why, raw->name(), {}, 0, 0});
     return;
   }
   t->key = ++next_key_;
@@ -457,7 +523,7 @@ void node_runtime::handle_zygote() {
 }
 
 void node_runtime::on_spawned(const process::zygote_reply& r, std::vector<int>& fds) {
-  if (r.slot < 0 || r.slot >= static_cast<int>(workers_.size())) return;
+  if (r.slot < 0 || r.slot >= slots_in_use_.load()) return;
   worker_link& w = *workers_[r.slot];
   w.pid = r.pid;
   w.out_fd = std::exchange(fds[0], -1);
@@ -479,12 +545,14 @@ void node_runtime::on_spawned(const process::zygote_reply& r, std::vector<int>& 
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.stderr_fd, &err);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.out_fd, &wr);
   w.st = worker_link::state::alive;
+  if (w.actor) send_constructor(w, *w.actor);
   dispatch();
 }
 
 void node_runtime::on_exited(pid_t pid, int status) {
-  for (auto& wp : workers_) {
-    worker_link& w = *wp;
+  const int slots = slots_in_use_.load();
+  for (int i = 0; i < slots; ++i) {
+    worker_link& w = *workers_[i];
     if (w.pid != pid || w.st == worker_link::state::dead) continue;
     w.exited = true;
     w.exit_status = status;
@@ -500,6 +568,10 @@ void node_runtime::finalize_death(worker_link& w) {
   if (w.st == worker_link::state::dead) return;
   const std::string cause = describe_exit(w.exit_status);
   MANTA_DEBUG << "worker pid " << w.pid << " ended: " << cause;
+  if (w.actor) {
+    actor_host_died(w, cause);
+    return;
+  }
   // Which tasks were executing (not merely queued) when it died.
   const process::process_slot& slot = control_->slots[w.slot];
   std::uint32_t depth = std::min<std::uint32_t>(slot.depth.load(), process::max_depth);
@@ -530,7 +602,7 @@ void node_runtime::finalize_death(worker_link& w) {
     requeue_front(t);
   }
   w.blocked = w.active_default = w.nondefault = 0;
-  if (w.holds_cpu) cpu_used_ -= 1;
+  if (w.holds_cpu) ledger_.give_cpu(1);
   w.holds_cpu = false;
   for (auto& [off, size] : w.extents) arena_->deallocate(off);
   w.extents.clear();

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <system_error>
 
@@ -30,23 +31,11 @@
 
 namespace manta::runtime {
 
-/// Counts a user call in progress so shutdown waits for it; refuses calls once stopping.
-struct call_guard {
-  explicit call_guard(node_runtime& r) : r_(r) {
-    r_.active_calls_.fetch_add(1, std::memory_order_acq_rel);
-    if (r_.stopping_.load(std::memory_order_acquire)) {
-      r_.active_calls_.fetch_sub(1, std::memory_order_acq_rel);
-      throw usage_error("manta: the runtime is shutting down");
-    }
-  }
-  ~call_guard() { r_.active_calls_.fetch_sub(1, std::memory_order_acq_rel); }
-  node_runtime& r_;
-};
-
 task_spec::~task_spec() {
   for (auto* e : deps) detail::release(e);
   for (auto* e : contained) detail::release(e);
   for (auto* e : returns) detail::release(e);
+  detail::release(actor_entry);
 }
 
 namespace {
@@ -70,9 +59,22 @@ constexpr std::uint64_t ev_zygote = 5;
 node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epoch()) {
   int n = opts.num_workers > 0 ? opts.num_workers
                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (n > process::max_slots) throw usage_error("manta: num_workers is above " + std::to_string(process::max_slots));
-  auto cpu = opts.resources.find("CPU");
-  cpu_total_ = cpu != opts.resources.end() ? cpu->second : n;
+  if (n >= process::max_slots)
+    throw usage_error("manta: num_workers must be below " + std::to_string(process::max_slots));
+  std::map<std::string, double> custom = opts.resources;
+  double cpus = n;
+  if (auto it = custom.find("CPU"); it != custom.end()) {
+    cpus = it->second;
+    custom.erase(it);
+  }
+  int gpus = opts.num_gpus >= 0 ? opts.num_gpus : -1;
+  if (auto it = custom.find("GPU"); it != custom.end()) {
+    gpus = static_cast<int>(it->second);
+    custom.erase(it);
+  }
+  if (gpus < 0) gpus = detect_gpus();  // before the zygote: probing forks a child
+  ledger_ = resource_ledger(cpus, gpus, std::move(custom));
+  pool_size_ = static_cast<std::size_t>(n);
   ignore_sigpipe();
 
   // The arena and control block are mapped before the fork so every process inherits them.
@@ -95,11 +97,14 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
   // ring can never be consumed by a user thread polling in its place.
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
 
-  for (int i = 0; i < n; ++i) {
+  // Every slot exists from the start (pool workers first, then actor hosts), so
+  // pollers can walk them while the scheduler hands them out.
+  for (int i = 0; i < process::max_slots; ++i) {
     auto w = std::make_unique<worker_link>();
     w->slot = i;
     workers_.push_back(std::move(w));
   }
+  slots_in_use_.store(n);
   ipc::set_nonblocking(zygote_.socket, true);
   {
     scheduler_lock lock(*this);
@@ -108,7 +113,7 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
   // Wait for the pool, synchronously: no thread runs yet.
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   auto started = [&] {
-    return std::all_of(workers_.begin(), workers_.end(),
+    return std::all_of(workers_.begin(), workers_.begin() + n,
                        [](auto& w) { return w->st == worker_link::state::alive; });
   };
   while (!started()) {
@@ -178,6 +183,12 @@ void node_runtime::finish_stop() {
   for (auto& [key, t] : tasks_) delete t;
   tasks_.clear();
   ready_.clear();
+  for (auto& a : actors_) a->queue.clear();  // their tasks were deleted above
+  for (auto& [name, e] : actor_names_) detail::release(e);
+  actor_names_.clear();
+  for (actor_record* a = nullptr; retired_.try_pop(a);) {
+  }
+  actors_.clear();
   for (auto& w : workers_) {
     for (const auto& id : w->holds)
       if (auto* e = dir_.find(id)) detail::release(e);
@@ -202,8 +213,8 @@ void node_runtime::finish_stop() {
 std::vector<pid_t> node_runtime::process_ids() {
   scheduler_lock lock(*this);
   std::vector<pid_t> pids{zygote_.pid};
-  for (auto& w : workers_)
-    if (w->st == worker_link::state::alive) pids.push_back(w->pid);
+  for (int i = 0; i < slots_in_use_.load(); ++i)
+    if (workers_[i]->st == worker_link::state::alive) pids.push_back(workers_[i]->pid);
   return pids;
 }
 
@@ -368,16 +379,31 @@ detail::ref_node* node_runtime::ref_from_id(const object_id& id) {
 
 void node_runtime::release(detail::ref_node* n) noexcept {
   auto* e = static_cast<object_entry*>(n);
-  if (dir_.erase_if_unused(e)) delete e;
+  if (!dir_.erase_if_unused(e)) return;
+  if (e->actor) {
+    // The last handle is gone: the actor stops once the scheduler gets to it
+    // (this may run on any thread, with or without the scheduler mutex).
+    retired_.push(e->actor);
+  }
+  delete e;
+}
+
+std::optional<std::string> node_runtime::admit(task_spec& t) {
+  const detail::task_options& o = t.options;
+  const std::string what = (t.mode == detail::call_mode::construct ? "actor " : "task '") +
+                           t.name() + (t.mode == detail::call_mode::construct ? "" : "'");
+  if (t.mode == detail::call_mode::method) return std::nullopt;  // takes nothing
+  if (o.num_gpus != static_cast<int>(o.num_gpus))
+    return "manta: " + what + " asks for " + std::to_string(o.num_gpus) +
+           " GPUs; GPUs are handed out whole";
+  t.need = demand{o.num_cpus, static_cast<int>(o.num_gpus), o.resources};
+  if (auto why = ledger_.infeasible(t.need)) return "manta: " + what + " " + *why;
+  return std::nullopt;
 }
 
 void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) {
   call_guard guard(*this);
   if (!r.function) throw usage_error("manta: submit without a function");
-  if (r.options.num_cpus > cpu_total_ + 1e-9)
-    throw usage_error("manta: task '" + r.function->name + "' asks for " +
-                      std::to_string(r.options.num_cpus) + " CPU but this node has " +
-                      std::to_string(cpu_total_));
   auto t = std::make_unique<task_spec>();
   t->fn = r.function;
   t->mode = r.mode;
@@ -385,6 +411,19 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   t->arg_count = r.arg_count;
   t->options = std::move(r.options);
   t->args = std::move(r.args);
+  if (r.actor) {
+    if (r.actor->epoch != epoch_) {
+      detail::release(std::exchange(r.actor, nullptr));
+      throw usage_error("manta: an actor_handle from another runtime was used");
+    }
+    t->actor_entry = static_cast<object_entry*>(std::exchange(r.actor, nullptr));
+    t->actor = t->actor_entry->actor;
+  }
+  if (auto why = admit(*t)) {
+    for (auto* d : r.deps) detail::release(d);
+    r.deps.clear();
+    throw usage_error(*why);
+  }
   t->deps.reserve(r.deps.size());
   for (auto*& d : r.deps) {
     if (d->epoch != epoch_) {
@@ -402,13 +441,30 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
     t->returns.push_back(e);
     returns[i] = e;
   }
+  if (t->mode == detail::call_mode::construct) {
+    // Handles must find their actor from the moment remote() returns.
+    t->actor = new actor_record();
+    t->returns[0]->actor = t->actor;
+    if (!t->options.name.empty()) {
+      scheduler_lock lock(*this);
+      if (actor_names_.count(t->options.name)) {
+        detail::release(t->returns[0]);  // the caller never gets it
+        delete t->actor;
+        t->returns[0]->actor = nullptr;
+        throw usage_error("manta: an actor named '" + t->options.name + "' already exists");
+      }
+      // Reserve the name now, so the check and the name are one step.
+      detail::acquire(t->returns[0]);
+      actor_names_.emplace(t->options.name, t->returns[0]);
+    }
+  }
   t->key = ++next_key_;
   submissions_.push(t.release());
   take_submissions();
 }
 
 void node_runtime::take_submissions() {
-  while (!submissions_.empty()) {
+  while (!submissions_.empty() || !retired_.empty()) {
     std::unique_lock lock(mu_, std::try_to_lock);
     if (!lock) return;  // the holder takes them when it lets go
     task_spec* t = nullptr;
@@ -416,6 +472,7 @@ void node_runtime::take_submissions() {
       tasks_.emplace(t->key, t);
       register_task(t);
     }
+    retire_actors();
   }
 }
 

@@ -11,6 +11,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -19,6 +20,7 @@
 
 #include <tbb/concurrent_queue.h>
 
+#include <manta/errors.hpp>
 #include <manta/options.hpp>
 #include <manta/registry.hpp>
 
@@ -28,15 +30,19 @@
 #include "process/control.hpp"
 #include "process/zygote.hpp"
 #include "runtime/directory.hpp"
+#include "runtime/resources.hpp"
 #include "store/arena.hpp"
 
 namespace manta::runtime {
+
+struct actor_record;
 
 /// A submitted task, from submission until its results are sealed or it fails.
 struct task_spec {
   ~task_spec();
   const std::string& name() const { return options.name.empty() ? fn->name : options.name; }
-  bool is_default() const { return options.num_cpus == 1; }
+  /// One CPU and nothing else: such tasks share their worker's CPU and may queue behind each other.
+  bool is_default() const { return need.cpu == 1 && need.gpu == 0 && need.custom.empty(); }
 
   std::uint64_t key = 0;
   const detail::function_info* fn = nullptr;
@@ -51,13 +57,43 @@ struct task_spec {
   int pending_deps = 0;
   int attempts = 0;  ///< runs lost to crashes (or exceptions, with retry_exceptions)
   int worker = -1;   ///< slot it was sent to, while in flight
-  double charge = 0; ///< CPUs taken from the ledger (non-default tasks only)
+  demand need;               ///< what it holds while it runs
+  std::vector<int> gpus;     ///< GPU ids granted while it runs
+  bool charged = false;      ///< non-default tasks: `need` is taken from the ledger
   bool blocked = false;
   bool queued = false;  ///< in ready_
+  actor_record* actor = nullptr;       ///< method calls and constructors: the actor
+  object_entry* actor_entry = nullptr; ///< method calls: the actor's entry (counted)
   std::uint64_t grant = ipc::no_offset;  ///< extent offered for its result, while in flight
 };
 
-/// The driver's side of one worker process.
+/// An actor: its process, its queue of calls, what it holds, how it ends.
+struct actor_record {
+  enum class state { waiting, starting, constructing, alive, dead };
+  state st = state::waiting;
+  object_entry* entry = nullptr;  ///< what handles point to; null once the last handle is gone
+  std::uint64_t class_tag = 0;
+  std::string label;              ///< "Counter 'name'" for messages
+  std::string name;               ///< registered name, or empty
+  detail::task_options options;
+  demand need;
+  std::vector<int> gpus;
+  bool holds_resources = false;
+  // The constructor call, kept to run it again after a crash.
+  const detail::function_info* ctor = nullptr;
+  std::string ctor_args;
+  std::uint16_t ctor_arg_count = 0;
+  std::vector<object_entry*> ctor_deps;       ///< counted
+  std::vector<object_entry*> ctor_contained;  ///< counted
+  int host = -1;       ///< slot of its process
+  int restarts = 0;
+  bool killed = false;
+  std::deque<task_spec*> queue;  ///< calls not sent yet, in submission order
+  std::unique_ptr<ipc::error_info> death;
+  ~actor_record();
+};
+
+/// The driver's side of one worker process (or actor host).
 struct worker_link {
   enum class state { dead, starting, alive };
   int slot = 0;
@@ -76,6 +112,7 @@ struct worker_link {
   std::unordered_set<object_id> holds;                   ///< objects it holds refs to
   std::unordered_map<std::uint64_t, std::uint64_t> extents;  ///< granted, not yet sealed
   std::uint32_t seen_seq = 0;  ///< its outbox_seq when its pipe was last drained
+  actor_record* actor = nullptr;  ///< set when the process hosts an actor
   bool input_closed = false, exited = false;
   int exit_status = 0;
   bool dirty = false, write_armed = false;
@@ -102,9 +139,13 @@ class node_runtime final : public process::process_context {
   void wait(std::span<detail::ref_node* const> nodes, std::size_t num, detail::deadline until,
             std::vector<bool>& ready) override;
   detail::ref_node* ref_from_id(const object_id& id) override;
+  detail::ref_node* find_actor(const std::string& name, std::uint64_t class_tag) override;
+  void kill_actor(detail::ref_node* node) override;
+  std::vector<int> gpu_ids() override { return {}; }
+  std::map<std::string, double> resources(bool available_only) override;
   void release(detail::ref_node* n) noexcept override;
   void submit(detail::task_request&& request, detail::ref_node** returns) override;
-  std::size_t worker_count() const noexcept override { return workers_.size(); }
+  std::size_t worker_count() const noexcept override { return pool_size_; }
   std::uint32_t epoch() const noexcept override { return epoch_; }
   bool is_worker() const noexcept override { return false; }
 
@@ -152,6 +193,8 @@ class node_runtime final : public process::process_context {
   /// holder does when it lets go (flat combining: submitters never wait on mu_).
   void take_submissions();
   void register_task(task_spec* t);
+  /// Sets what the task needs; why the node can never run it, if so.
+  std::optional<std::string> admit(task_spec& t);
   void dispatch();
   worker_link* pick_worker(const task_spec& t);
   void send_task(worker_link& w, task_spec& t);
@@ -161,6 +204,9 @@ class node_runtime final : public process::process_context {
   void finish_task(task_spec* t);
   void take_cpu(worker_link& w, task_spec& t);
   void return_cpu(worker_link& w, task_spec& t);
+  /// A task waits in get/wait: its CPU goes back to the ledger until it runs again.
+  void lend_cpu(worker_link& w, task_spec& t);
+  void reclaim_cpu(worker_link& w, task_spec& t);
   void requeue_front(task_spec* t);
   void enqueue(task_spec* t);
   /// A worker now waits on `awaited`: run their producers there if none started yet.
@@ -170,6 +216,24 @@ class node_runtime final : public process::process_context {
   void mark_dirty(worker_link& w, bool now);
   void flush(worker_link& w);
   void flush_dirty();
+
+  // ---- actors (mu_ held)
+  /// A submitted constructor: the actor's record, its name, its process.
+  void create_actor(task_spec* ctor, object_entry* entry);
+  /// Takes the actor's resources and asks for its process, or waits for them.
+  void start_actor(actor_record& a);
+  void start_waiting_actors();
+  void send_constructor(worker_link& host, actor_record& a);
+  void on_constructed(actor_record& a, const ipc::error_info* error);
+  /// Sends queued calls whose arguments are ready, in order, to a live actor.
+  void actor_dispatch(actor_record& a);
+  void actor_host_died(worker_link& w, const std::string& cause);
+  /// Fails every queued and in-flight call; frees the process slot and resources.
+  void actor_dead(actor_record& a, const ipc::error_info& why);
+  void retire_actors();
+  detail::ref_node* find_actor_locked(const std::string& name, std::uint64_t class_tag);
+  ipc::error_info actor_error(const actor_record& a, const std::string& what) const;
+  int free_host_slot();
 
   // ---- processes
   void request_spawn(int slot);
@@ -212,6 +276,7 @@ class node_runtime final : public process::process_context {
 
   tbb::concurrent_queue<task_spec*> submissions_;  ///< from user threads, not yet registered
   std::atomic<std::uint64_t> next_key_{0};
+  tbb::concurrent_queue<actor_record*> retired_;  ///< actors whose last handle went, to stop
 
   std::mutex mu_;  // the scheduler: everything below until poll_mu_
   std::vector<std::unique_ptr<worker_link>> workers_;
@@ -220,7 +285,12 @@ class node_runtime final : public process::process_context {
   std::vector<int> dirty_;
   std::unordered_map<std::uint64_t, fn_stats> stats_;
   std::uint64_t next_process_number_ = 0;
-  double cpu_total_ = 0, cpu_used_ = 0;
+  resource_ledger ledger_;
+  std::size_t pool_size_ = 0;
+  std::atomic<int> slots_in_use_{0};  ///< links [0, slots_in_use_) may be alive
+  std::vector<std::unique_ptr<actor_record>> actors_;
+  std::unordered_map<std::string, object_entry*> actor_names_;  ///< counted
+  std::vector<actor_record*> waiting_actors_;
 
   std::mutex poll_mu_;  // the poll role: inboxes, output pipes, the zygote socket
   int epoll_fd_ = -1;               ///< zygote socket, worker output, full worker pipes
@@ -231,6 +301,21 @@ class node_runtime final : public process::process_context {
   bool stopped_ = false;
 
   friend struct call_guard;
+};
+
+/// Counts a user call in progress so shutdown waits for it; refuses calls once stopping.
+struct call_guard {
+  explicit call_guard(node_runtime& r) : r_(r) {
+    r_.active_calls_.fetch_add(1, std::memory_order_acq_rel);
+    if (r_.stopping_.load(std::memory_order_acquire)) {
+      r_.active_calls_.fetch_sub(1, std::memory_order_acq_rel);
+      throw usage_error("manta: the runtime is shutting down");
+    }
+  }
+  ~call_guard() { r_.active_calls_.fetch_sub(1, std::memory_order_acq_rel); }
+  call_guard(const call_guard&) = delete;
+  call_guard& operator=(const call_guard&) = delete;
+  node_runtime& r_;
 };
 
 }  // namespace manta::runtime

@@ -1,7 +1,8 @@
 // runtime/scheduler.cpp: turning tasks into run_task messages. A task is ready
 // when every argument is sealed; it goes to an idle worker (or one whose tasks
-// all wait in get, lending their CPU) when the CPU ledger allows, or, for short
-// default tasks, is queued behind the work of a busy worker so messages batch.
+// all wait in get, lending their CPU) when the resource ledger allows, or, for
+// short default tasks, is queued behind the work of a busy worker so messages
+// batch. Actor calls go to their actor's queue instead (actors.cpp).
 // Everything here runs with mu_ held.
 #include <sys/epoll.h>
 
@@ -13,7 +14,6 @@
 
 namespace manta::runtime {
 namespace {
-constexpr double cpu_epsilon = 1e-9;
 /// Queue at most about this much work behind a busy worker.
 constexpr double pipeline_window_ns = 1e6;
 constexpr std::size_t max_pipeline = 1024;
@@ -36,7 +36,14 @@ void node_runtime::register_task(task_spec* t) {
     return;
   }
   for (auto* e : t->returns) e->producer = t;
-  if (t->pending_deps == 0) {
+  if (t->mode == detail::call_mode::construct) {
+    create_actor(t, t->returns.at(0));
+  } else if (t->actor && t->actor->st == actor_record::state::dead) {
+    fail_task(t, *t->actor->death);
+  } else if (t->actor) {
+    t->actor->queue.push_back(t);  // in submission order, ready or not
+    actor_dispatch(*t->actor);
+  } else if (t->pending_deps == 0) {
     enqueue(t);
     dispatch();
   }
@@ -55,8 +62,7 @@ void node_runtime::lend_for(worker_link& w, const std::vector<object_id>& awaite
     object_entry* e = dir_.find(id);
     task_spec* t = e ? e->producer : nullptr;
     if (!t || !t->queued) continue;
-    const double need = t->is_default() ? 1.0 : t->options.num_cpus;
-    if (cpu_used_ + need > cpu_total_ + cpu_epsilon) return;
+    if (!ledger_.fits(t->is_default() ? demand{1.0, 0, {}} : t->need)) return;
     ready_.erase(std::find(ready_.begin(), ready_.end(), t));
     t->queued = false;
     send_task(w, *t);
@@ -64,21 +70,29 @@ void node_runtime::lend_for(worker_link& w, const std::vector<object_id>& awaite
 }
 
 void node_runtime::dispatch() {
-  while (!ready_.empty()) {
-    task_spec* t = ready_.front();
+  if (!waiting_actors_.empty()) start_waiting_actors();
+  // In order, except that a task waiting for resources (GPUs, custom ones, more
+  // CPUs) lets later tasks pass. A default task that cannot go means no later
+  // one can either, so the scan stops there.
+  for (auto it = ready_.begin(); it != ready_.end();) {
+    task_spec* t = *it;
     worker_link* w = pick_worker(*t);
-    if (!w) break;
-    ready_.pop_front();
+    if (!w) {
+      if (t->is_default()) break;
+      ++it;
+      continue;
+    }
+    it = ready_.erase(it);
     t->queued = false;
     send_task(*w, *t);
   }
 }
 
 worker_link* node_runtime::pick_worker(const task_spec& t) {
-  const double need = t.is_default() ? (1.0) : t.options.num_cpus;
-  if (cpu_used_ + need <= cpu_total_ + cpu_epsilon) {
+  if (ledger_.fits(t.is_default() ? demand{1.0, 0, {}} : t.need)) {
     worker_link* lending = nullptr;
-    for (auto& w : workers_) {
+    for (std::size_t i = 0; i < pool_size_; ++i) {
+      auto& w = workers_[i];
       if (w->st != worker_link::state::alive) continue;
       if (w->in_flight.empty()) return w.get();
       if (!lending && w->blocked == static_cast<int>(w->in_flight.size())) lending = w.get();
@@ -93,7 +107,8 @@ worker_link* node_runtime::pick_worker(const task_spec& t) {
       std::clamp(pipeline_window_ns / std::max(it->second.ewma_ns, 1.0), 1.0,
                  static_cast<double>(max_pipeline)));
   worker_link* best = nullptr;
-  for (auto& w : workers_) {
+  for (std::size_t i = 0; i < pool_size_; ++i) {
+    auto& w = workers_[i];
     if (w->st != worker_link::state::alive || w->blocked || w->nondefault || !w->active_default)
       continue;
     if (w->in_flight.size() >= depth) continue;
@@ -102,35 +117,61 @@ worker_link* node_runtime::pick_worker(const task_spec& t) {
   return best;
 }
 
+// Default tasks on one worker share one CPU, held while any of them is active;
+// other tasks take their whole demand (GPU ids too) while they run. Actor calls
+// take nothing: the actor holds its resources for its life.
+
 void node_runtime::take_cpu(worker_link& w, task_spec& t) {
+  if (t.actor) return;
   if (t.is_default()) {
     if (w.active_default++ == 0 && !w.holds_cpu) {
       w.holds_cpu = true;
-      cpu_used_ += 1;
+      ledger_.take_cpu(1);
     }
   } else {
     ++w.nondefault;
-    t.charge = t.options.num_cpus;
-    cpu_used_ += t.charge;
+    t.gpus = ledger_.take(t.need);
+    t.charged = true;
   }
 }
 
 void node_runtime::return_cpu(worker_link& w, task_spec& t) {
-  if (t.blocked) {  // its CPU was returned when it blocked
-    t.blocked = false;
-    --w.blocked;
-    if (!t.is_default()) --w.nondefault;
-    return;
-  }
+  if (t.actor) return;
+  if (t.blocked) reclaim_cpu(w, t);
   if (t.is_default()) {
     if (--w.active_default == 0 && w.holds_cpu) {
       w.holds_cpu = false;
-      cpu_used_ -= 1;
+      ledger_.give_cpu(1);
     }
-  } else {
+  } else if (t.charged) {
     --w.nondefault;
-    cpu_used_ -= t.charge;
-    t.charge = 0;
+    ledger_.give(t.need, t.gpus);
+    t.gpus.clear();
+    t.charged = false;
+  }
+}
+
+void node_runtime::lend_cpu(worker_link& w, task_spec& t) {
+  if (t.blocked) return;
+  t.blocked = true;
+  ++w.blocked;
+  if (!t.is_default()) {
+    ledger_.give_cpu(t.need.cpu);  // its GPUs and custom resources stay with it
+  } else if (--w.active_default == 0 && w.holds_cpu) {
+    w.holds_cpu = false;
+    ledger_.give_cpu(1);
+  }
+}
+
+void node_runtime::reclaim_cpu(worker_link& w, task_spec& t) {
+  if (!t.blocked) return;
+  t.blocked = false;
+  --w.blocked;
+  if (!t.is_default()) {
+    ledger_.take_cpu(t.need.cpu);  // may oversubscribe for a moment, as a returning thread does
+  } else if (w.active_default++ == 0 && !w.holds_cpu) {
+    w.holds_cpu = true;
+    ledger_.take_cpu(1);
   }
 }
 
@@ -164,6 +205,10 @@ void node_runtime::send_task(worker_link& w, task_spec& t) {
     }
     f.put(t.grant);
     f.put(grant_size);
+    const std::vector<int>& gpus = t.mode == detail::call_mode::construct ? t.actor->gpus : t.gpus;
+    f.put(static_cast<std::uint16_t>(gpus.size()));
+    for (int g : gpus) f.put(static_cast<std::int32_t>(g));
+    f.put(static_cast<std::uint16_t>(t.actor ? t.actor->options.max_concurrency : 1));
     process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
       if (a.kind == process::arg_kind::value) {
         ipc::write_location(f, a.tag, a.size_or_index, ipc::no_offset, a.bytes);
@@ -209,7 +254,7 @@ void node_runtime::flush_dirty() {
 }
 
 void node_runtime::notify(const subscriber& s, object_entry* e) {
-  if (s.slot < 0 || s.slot >= static_cast<int>(workers_.size())) return;
+  if (s.slot < 0 || s.slot >= slots_in_use_.load()) return;
   worker_link& w = *workers_[s.slot];
   if (w.generation != s.generation || w.st != worker_link::state::alive) return;
   {
@@ -239,8 +284,11 @@ void node_runtime::seal(object_entry* e, const ipc::value_location& loc,
   for (const auto& id : contained)
     if (object_entry* c = dir_.acquire(id)) e->contained.push_back(c);
   publish(e, state_ready);
-  for (auto* d : e->dependents)
-    if (--d->pending_deps == 0) enqueue(d);
+  for (auto* d : e->dependents) {
+    if (--d->pending_deps != 0) continue;
+    if (d->actor) actor_dispatch(*d->actor);  // it waits in its actor's queue
+    else enqueue(d);
+  }
   e->dependents.clear();
   for (const auto& s : e->subscribers) notify(s, e);
   e->subscribers.clear();
@@ -275,6 +323,10 @@ void node_runtime::fail_task(task_spec* first, const ipc::error_info& first_erro
 
 void node_runtime::finish_task(task_spec* t) {
   for (auto* e : t->returns) e->producer = nullptr;
+  if (t->actor) {  // a call that failed before it was sent leaves its actor's queue
+    auto& q = t->actor->queue;
+    q.erase(std::remove(q.begin(), q.end(), t), q.end());
+  }
   tasks_.erase(t->key);
   delete t;
 }

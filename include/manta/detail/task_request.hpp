@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,19 +12,27 @@ namespace manta::detail {
 
 struct function_info;
 
-/// What a task asks of the node, set by the builder's options.
+/// What a task or an actor asks of the node, set by the builder's options.
 struct task_options {
   double num_cpus = 1;
+  double num_gpus = 0;
+  std::map<std::string, double> resources;  ///< custom resources
   int max_retries = 3;
   bool retry_exceptions = false;
-  std::string name;  ///< shown in errors instead of the function's name when set
+  std::string name;  ///< tasks: shown in errors; actors: the name get_actor finds
+  // Actors only.
+  int max_restarts = 0;
+  int max_task_retries = 0;
+  int max_concurrency = 1;
 };
 
-/// How a worker applies the function to the arguments.
+/// How a worker applies the callable to the arguments.
 enum class call_mode : std::uint8_t {
-  call = 0,     ///< f(args...)
-  map = 1,      ///< one argument, a vector of inputs: [f(x) for x]
-  starmap = 2,  ///< one argument, a vector of tuples: [f(xs...) for xs]
+  call = 0,       ///< f(args...)
+  map = 1,        ///< one argument, a vector of inputs: [f(x) for x]
+  starmap = 2,    ///< one argument, a vector of tuples: [f(xs...) for xs]
+  construct = 3,  ///< create an actor: T(args...) in a new process
+  method = 4,     ///< call a method on the actor the process hosts
 };
 
 struct task_request {
@@ -35,6 +44,7 @@ struct task_request {
   std::uint16_t arg_count = 0;
   std::vector<ref_node*> deps;    ///< counted refs that arguments are resolved from
   std::vector<object_id> contained;  ///< refs serialised inside value arguments
+  ref_node* actor = nullptr;      ///< method calls: the actor (counted)
 };
 
 /// Appends arguments to a request. Values above max_inline_bytes are put into the

@@ -1,0 +1,102 @@
+// runtime/resources.cpp: the ledger, and GPU discovery.
+#include "runtime/resources.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#ifdef MANTA_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace manta::runtime {
+namespace {
+constexpr double epsilon = 1e-9;
+}
+
+resource_ledger::resource_ledger(double cpus, int gpus, std::map<std::string, double> custom)
+    : cpu_total_(cpus), cpu_free_(cpus), gpu_total_(gpus), custom_total_(custom), custom_free_(custom) {
+  for (int i = 0; i < gpus; ++i) gpu_free_.push_back(i);
+}
+
+std::optional<std::string> resource_ledger::infeasible(const demand& d) const {
+  auto say = [](const std::string& what, double want, double have) {
+    char b[160];
+    std::snprintf(b, sizeof b, "asks for %g %s but this node has %g", want, what.c_str(), have);
+    return std::string(b);
+  };
+  if (d.cpu > cpu_total_ + epsilon) return say("CPU", d.cpu, cpu_total_);
+  if (d.gpu > gpu_total_) return say("GPU", d.gpu, gpu_total_);
+  for (const auto& [name, amount] : d.custom) {
+    auto it = custom_total_.find(name);
+    if (it == custom_total_.end())
+      return "asks for the resource '" + name + "', which this node does not offer";
+    if (amount > it->second + epsilon) return say("'" + name + "'", amount, it->second);
+  }
+  return std::nullopt;
+}
+
+bool resource_ledger::fits(const demand& d) const {
+  if (d.cpu > cpu_free_ + epsilon) return false;
+  if (d.gpu > static_cast<int>(gpu_free_.size())) return false;
+  for (const auto& [name, amount] : d.custom) {
+    auto it = custom_free_.find(name);
+    if (it == custom_free_.end() || amount > it->second + epsilon) return false;
+  }
+  return true;
+}
+
+std::vector<int> resource_ledger::take(const demand& d) {
+  cpu_free_ -= d.cpu;
+  for (const auto& [name, amount] : d.custom) custom_free_[name] -= amount;
+  std::vector<int> ids(gpu_free_.begin(), gpu_free_.begin() + d.gpu);
+  gpu_free_.erase(gpu_free_.begin(), gpu_free_.begin() + d.gpu);
+  return ids;
+}
+
+void resource_ledger::give(const demand& d, const std::vector<int>& gpu_ids) {
+  cpu_free_ += d.cpu;
+  for (const auto& [name, amount] : d.custom) custom_free_[name] += amount;
+  gpu_free_.insert(gpu_free_.end(), gpu_ids.begin(), gpu_ids.end());
+  std::sort(gpu_free_.begin(), gpu_free_.end());
+}
+
+std::map<std::string, double> resource_ledger::totals() const {
+  std::map<std::string, double> out = custom_total_;
+  out["CPU"] = cpu_total_;
+  out["GPU"] = gpu_total_;
+  return out;
+}
+
+std::map<std::string, double> resource_ledger::available() const {
+  std::map<std::string, double> out = custom_free_;
+  out["CPU"] = std::max(0.0, cpu_free_);
+  out["GPU"] = static_cast<double>(gpu_free_.size());
+  return out;
+}
+
+int detect_gpus() {
+#ifdef MANTA_HAVE_CUDA
+  int fds[2];
+  if (::pipe(fds) != 0) return 0;
+  pid_t child = ::fork();
+  if (child == 0) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    [[maybe_unused]] auto n = ::write(fds[1], &count, sizeof count);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  int count = 0;
+  if (child < 0 || ::read(fds[0], &count, sizeof count) != sizeof count) count = 0;
+  ::close(fds[0]);
+  if (child > 0) ::waitpid(child, nullptr, 0);
+  return count;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace manta::runtime

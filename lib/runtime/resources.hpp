@@ -1,0 +1,53 @@
+// runtime/resources.hpp: the node's resource ledger: CPUs (fractions allowed),
+// GPUs (ids handed out exclusively) and custom named resources.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace manta::runtime {
+
+/// What a task or actor asks for.
+struct demand {
+  double cpu = 0;
+  int gpu = 0;
+  std::map<std::string, double> custom;
+  bool empty() const { return cpu == 0 && gpu == 0 && custom.empty(); }
+};
+
+/// Not thread-safe: the scheduler uses it under its mutex.
+class resource_ledger {
+ public:
+  resource_ledger() = default;
+  resource_ledger(double cpus, int gpus, std::map<std::string, double> custom);
+
+  /// Why `d` can never be met on this node (naming the resource), or nothing.
+  std::optional<std::string> infeasible(const demand& d) const;
+  /// Whether `d` fits in what is free now.
+  bool fits(const demand& d) const;
+  /// Takes `d` (which must fit); returns the GPU ids granted.
+  std::vector<int> take(const demand& d);
+  /// Gives back what take returned.
+  void give(const demand& d, const std::vector<int>& gpu_ids);
+  /// CPUs alone, for tasks that lend theirs while they wait.
+  void take_cpu(double n) { cpu_free_ -= n; }
+  void give_cpu(double n) { cpu_free_ += n; }
+
+  std::map<std::string, double> totals() const;
+  std::map<std::string, double> available() const;
+
+ private:
+  double cpu_total_ = 0, cpu_free_ = 0;
+  int gpu_total_ = 0;
+  std::vector<int> gpu_free_;
+  std::map<std::string, double> custom_total_, custom_free_;
+};
+
+/// GPUs of this machine, counted by the CUDA runtime in a short-lived child
+/// process (a CUDA context must never exist in a process that forks workers);
+/// 0 when built without CUDA or when there is no device.
+int detect_gpus();
+
+}  // namespace manta::runtime
