@@ -261,7 +261,7 @@ class worker_runtime final : public process_context {
     };
     if (count() < num) {
       subscribe(ns);
-      await(lock, until, [&] { return count() >= num; }, ns);
+      await(lock, until, [&] { return count() >= num; }, ns, num);
     }
     ready.assign(ns.size(), false);
     for (std::size_t i = 0; i < ns.size(); ++i) ready[i] = ns[i]->ready;
@@ -450,24 +450,26 @@ class worker_runtime final : public process_context {
   /// reader thread has news.
   template <class Pred>
   bool await(std::unique_lock<reentrant_mutex>&, detail::deadline until, Pred done,
-             const std::vector<local_node*>& awaited) {
+             const std::vector<local_node*>& awaited, std::size_t needed = 1) {
     if (threaded_) {
       flush();
       return mu_.wait_until(cv_, until, done);
     }
     if (actor_host_ || tl_stack.empty()) return pump(no_nested::no, until, done);
-    return blocked_wait(until, done, awaited);
+    return blocked_wait(until, done, awaited, needed);
   }
 
   /// Waits for `done` while telling the driver this task is blocked (and on
   /// what), so its CPU is lent and tasks sent meanwhile run here, nested; the
   /// producers of `awaited` first, when they have not started elsewhere.
   template <class Pred>
-  bool blocked_wait(detail::deadline until, Pred done, const std::vector<local_node*>& awaited) {
+  bool blocked_wait(detail::deadline until, Pred done, const std::vector<local_node*>& awaited,
+                    std::size_t needed) {
     std::uint64_t key = current_task();
     {
       ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::block));
       w.put(key);
+      w.put(static_cast<std::uint32_t>(needed));
       w.put(static_cast<std::uint32_t>(awaited.size()));
       for (auto* n : awaited) w.put(n->id);
     }

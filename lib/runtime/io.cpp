@@ -240,19 +240,23 @@ void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
     case ipc::msg::unblock: {
       bool block = static_cast<ipc::msg>(f.type) == ipc::msg::block;
       auto it = tasks_.find(r.get<std::uint64_t>());
-      std::vector<object_id> awaited;
+      worker_link::wait_state awaited;
       if (block) {
-        awaited.resize(r.get<std::uint32_t>());
-        for (auto& id : awaited) id = r.get<object_id>();
+        awaited.needed = r.get<std::uint32_t>();
+        awaited.ids.resize(r.get<std::uint32_t>());
+        for (auto& id : awaited.ids) id = r.get<object_id>();
       }
       if (it == tasks_.end() || it->second->worker != w.slot) break;
       task_spec& t = *it->second;
       if (t.actor) break;  // an actor keeps what it holds; its calls wait in line
       if (block) {
+        stats_[stats_key(t)].blocks = true;
         lend_cpu(w, t);
-        lend_for(w, awaited);
+        lend_for(w, awaited.ids);
+        w.awaiting.push_back(std::move(awaited));
       } else {
         reclaim_cpu(w, t);
+        if (!w.awaiting.empty()) w.awaiting.pop_back();
       }
       dispatch();
       break;
@@ -537,6 +541,7 @@ void node_runtime::on_spawned(const process::zygote_reply& r, std::vector<int>& 
   w.input_closed = w.exited = w.dirty = w.write_armed = false;
   w.in_flight.clear();
   w.blocked = w.active_default = w.nondefault = 0;
+  w.awaiting.clear();
   w.holds_cpu = false;
   epoll_event out{EPOLLIN, {.u64 = ev_id(ev_stdout, r.slot)}};
   epoll_event err{EPOLLIN, {.u64 = ev_id(ev_stderr, r.slot)}};
@@ -602,6 +607,7 @@ void node_runtime::finalize_death(worker_link& w) {
     requeue_front(t);
   }
   w.blocked = w.active_default = w.nondefault = 0;
+  w.awaiting.clear();
   if (w.holds_cpu) ledger_.give_cpu(1);
   w.holds_cpu = false;
   for (auto& [off, size] : w.extents) arena_->deallocate(off);

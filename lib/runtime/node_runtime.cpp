@@ -382,8 +382,10 @@ void node_runtime::release(detail::ref_node* n) noexcept {
   if (!dir_.erase_if_unused(e)) return;
   if (e->actor) {
     // The last handle is gone: the actor stops once the scheduler gets to it
-    // (this may run on any thread, with or without the scheduler mutex).
+    // (this may run on any thread, with or without the scheduler mutex, so the
+    // I/O thread is woken to do it).
     retired_.push(e->actor);
+    wake_io();
   }
   delete e;
 }

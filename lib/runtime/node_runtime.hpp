@@ -106,6 +106,13 @@ struct worker_link {
   std::string stdout_partial, stderr_partial;
   std::vector<task_spec*> in_flight;
   int blocked = 0;         ///< in-flight tasks waiting in get/wait
+  /// What each blocked task waits on (how many of which objects), innermost
+  /// last: its tasks nest on one stack.
+  struct wait_state {
+    std::size_t needed = 1;
+    std::vector<object_id> ids;
+  };
+  std::vector<wait_state> awaiting;
   int active_default = 0;  ///< in-flight default tasks (1 CPU) not blocked
   int nondefault = 0;      ///< in-flight tasks with other CPU requests
   bool holds_cpu = false;  ///< the CPU its default tasks share is taken
@@ -163,6 +170,9 @@ class node_runtime final : public process::process_context {
     double ewma_ns = 0;
     bool known = false;
     std::uint64_t result_bytes = 0;  ///< size of its last single result
+    /// Its tasks wait in get/wait: never queue them behind others (a blocked
+    /// worker runs what is in its pipe nested, so queued tasks would nest deeply).
+    bool blocks = false;
   };
 
   // ---- objects
@@ -197,6 +207,8 @@ class node_runtime final : public process::process_context {
   std::optional<std::string> admit(task_spec& t);
   void dispatch();
   worker_link* pick_worker(const task_spec& t);
+  /// All its tasks wait, and the innermost cannot go on yet: it may run more, nested.
+  bool lending(const worker_link& w);
   void send_task(worker_link& w, task_spec& t);
   void seal(object_entry* e, const ipc::value_location& loc, std::vector<object_id> contained,
             worker_link* from);

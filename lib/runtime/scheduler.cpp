@@ -54,11 +54,25 @@ void node_runtime::enqueue(task_spec* t) {
   ready_.push_back(t);
 }
 
+bool node_runtime::lending(const worker_link& w) {
+  if (w.blocked != static_cast<int>(w.in_flight.size())) return false;
+  // A task nested now would sit on top of the innermost waiting one: if that one
+  // can already go on, it would have to wait for the newcomer (and its subtree).
+  if (w.awaiting.empty()) return true;
+  const auto& top = w.awaiting.back();
+  std::size_t done = 0;
+  for (const auto& id : top.ids) {
+    object_entry* e = dir_.find(id);
+    done += !e || e->status() != state_pending;
+  }
+  return done < top.needed;
+}
+
 void node_runtime::lend_for(worker_link& w, const std::vector<object_id>& awaited) {
   // Running what the blocked task waits for keeps nesting shallow: otherwise a
   // blocked worker takes whatever is queued, and fork-join code nests deeply.
   for (const auto& id : awaited) {
-    if (w.blocked != static_cast<int>(w.in_flight.size())) return;  // no longer lending
+    if (w.blocked != static_cast<int>(w.in_flight.size())) return;  // it runs one already
     object_entry* e = dir_.find(id);
     task_spec* t = e ? e->producer : nullptr;
     if (!t || !t->queued) continue;
@@ -95,14 +109,14 @@ worker_link* node_runtime::pick_worker(const task_spec& t) {
       auto& w = workers_[i];
       if (w->st != worker_link::state::alive) continue;
       if (w->in_flight.empty()) return w.get();
-      if (!lending && w->blocked == static_cast<int>(w->in_flight.size())) lending = w.get();
+      if (!lending && this->lending(*w)) lending = w.get();
     }
     if (lending) return lending;
   }
   // Queue short default tasks behind a busy worker's default tasks.
   if (!t.is_default()) return nullptr;
   auto it = stats_.find(stats_key(t));
-  if (it == stats_.end() || !it->second.known) return nullptr;
+  if (it == stats_.end() || !it->second.known || it->second.blocks) return nullptr;
   std::size_t depth = static_cast<std::size_t>(
       std::clamp(pipeline_window_ns / std::max(it->second.ewma_ns, 1.0), 1.0,
                  static_cast<double>(max_pipeline)));
