@@ -173,6 +173,88 @@ void moving_average(benchmark::State& state) {
 }
 BENCHMARK(moving_average)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// ---- actors
+
+class Counter {
+ public:
+  int increment() { return ++value_; }
+  int add(int n) { return value_ += n; }
+  double sum(std::span<const double> xs) const { return std::accumulate(xs.begin(), xs.end(), 0.0); }
+
+ private:
+  int value_ = 0;
+};
+MANTA_ACTOR(Counter, &Counter::increment, &Counter::add, &Counter::sum);
+
+/// Calls its own actor `calls` times, then gathers (one caller of n:n).
+int call_own_actor(manta::actor_handle<Counter> c, int calls) {
+  std::vector<manta::object_ref<int>> refs;
+  refs.reserve(static_cast<std::size_t>(calls));
+  for (int i = 0; i < calls; ++i) refs.push_back(c.task(&Counter::increment).remote());
+  return manta::get(refs.back());
+}
+MANTA_REMOTE(call_own_actor);
+
+// Creating an actor: its process forked by the zygote, its constructor run, one call answered.
+void actor_creation(benchmark::State& state) {
+  ensure_runtime();
+  for (auto _ : state) {
+    auto c = manta::actor<Counter>().remote();
+    benchmark::DoNotOptimize(manta::get(c.task(&Counter::increment).remote()));
+  }
+}
+BENCHMARK(actor_creation)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void actor_round_trip(benchmark::State& state) {
+  ensure_runtime();
+  auto c = manta::actor<Counter>().remote();
+  for (auto _ : state) benchmark::DoNotOptimize(manta::get(c.task(&Counter::increment).remote()));
+}
+BENCHMARK(actor_round_trip)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// 1:1 and 1:n: one caller, calls in bulk to one actor or spread over n, then gathered.
+void actor_calls_in_bulk(benchmark::State& state) {
+  ensure_runtime();
+  const int actors = static_cast<int>(state.range(0)), calls = 100000;
+  std::vector<manta::actor_handle<Counter>> cs;
+  for (int i = 0; i < actors; ++i) cs.push_back(manta::actor<Counter>().remote());
+  std::vector<manta::object_ref<int>> refs;
+  refs.reserve(calls);
+  for (auto _ : state) {
+    refs.clear();
+    for (int i = 0; i < calls; ++i) refs.push_back(cs[i % actors].task(&Counter::increment).remote());
+    long s = 0;
+    for (auto& r : refs) s += manta::get(r);
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetItemsProcessed(state.iterations() * calls);
+}
+BENCHMARK(actor_calls_in_bulk)->Arg(1)->Arg(4)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// n:n: n caller tasks, each calling its own actor.
+void actor_calls_n_to_n(benchmark::State& state) {
+  ensure_runtime();
+  const int n = static_cast<int>(state.range(0)), calls = 20000;
+  std::vector<manta::actor_handle<Counter>> cs;
+  for (int i = 0; i < n; ++i) cs.push_back(manta::actor<Counter>().remote());
+  for (auto _ : state) {
+    std::vector<manta::object_ref<int>> callers;
+    for (int i = 0; i < n; ++i) callers.push_back(manta::task(call_own_actor).remote(cs[i], calls));
+    benchmark::DoNotOptimize(manta::get(callers));
+  }
+  state.SetItemsProcessed(state.iterations() * n * calls);
+}
+BENCHMARK(actor_calls_n_to_n)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// A call whose argument is a stored 1 MB array, read in place by the actor.
+void actor_call_with_ref(benchmark::State& state) {
+  ensure_runtime();
+  auto c = manta::actor<Counter>().remote();
+  auto data = manta::put(std::vector<double>(1 << 17, 1.0));
+  for (auto _ : state) benchmark::DoNotOptimize(manta::get(c.task(&Counter::sum).remote(data)));
+}
+BENCHMARK(actor_call_with_ref)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
 // ---- 1 GB last: it makes the driver large, which makes later forks slower
 
 void put_1gb(benchmark::State& state) {

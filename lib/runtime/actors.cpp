@@ -142,16 +142,16 @@ void node_runtime::actor_dispatch(actor_record& a) {
   while (!a.queue.empty() && a.queue.front()->pending_deps == 0) {
     task_spec* t = a.queue.front();
     a.queue.pop_front();
-    send_task(w, *t);
+    send_task(w, *t);  // sent at once if the actor was idle, else with its next result's flush
     sent = true;
   }
-  // Always now: a call in flight may wait for one of these (max_concurrency > 1).
-  if (sent) mark_dirty(w, true);
+  // With several calls at once, one in flight may wait for one of these: send now.
+  if (sent && a.options.max_concurrency > 1) mark_dirty(w, true);
 }
 
 void node_runtime::actor_host_died(worker_link& w, const std::string& cause) {
   actor_record& a = *w.actor;
-  std::vector<task_spec*> lost = std::move(w.in_flight);
+  std::vector<task_spec*> lost(w.in_flight.begin(), w.in_flight.end());
   w.in_flight.clear();
   for (auto& [off, size] : w.extents) arena_->deallocate(off);
   w.extents.clear();

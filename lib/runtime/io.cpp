@@ -323,7 +323,9 @@ void node_runtime::on_task_done(worker_link& w, ipc::frame_reader& r) {
   if (it == tasks_.end() || it->second->worker != w.slot)
     throw ipc::protocol_error("manta: result for a task this worker was not running");
   task_spec* t = it->second;
-  w.in_flight.erase(std::find(w.in_flight.begin(), w.in_flight.end(), t));
+  if (w.in_flight.front() == t) w.in_flight.pop_front();
+  else if (w.in_flight.back() == t) w.in_flight.pop_back();
+  else w.in_flight.erase(std::find(w.in_flight.begin(), w.in_flight.end(), t));
   return_cpu(w, *t);
   t->worker = -1;
   if (t->mode == detail::call_mode::construct) {  // an actor's constructor
@@ -585,7 +587,7 @@ void node_runtime::finalize_death(worker_link& w) {
       if (slot.running[i].load() == key) return true;
     return false;
   };
-  std::vector<task_spec*> lost = std::move(w.in_flight);
+  std::vector<task_spec*> lost(w.in_flight.begin(), w.in_flight.end());
   w.in_flight.clear();
   std::vector<std::pair<task_spec*, ipc::error_info>> failed;
   for (auto it = lost.rbegin(); it != lost.rend(); ++it) {  // keep their order at the queue front

@@ -104,7 +104,9 @@ struct worker_link {
   ipc::inbox in;
   int out_fd = -1, in_fd = -1, stdout_fd = -1, stderr_fd = -1;
   std::string stdout_partial, stderr_partial;
-  std::vector<task_spec*> in_flight;
+  /// Sent and not finished, in the order sent: they finish in that order (queued
+  /// behind each other, an actor's calls) or the reverse (nested), mostly.
+  std::deque<task_spec*> in_flight;
   int blocked = 0;         ///< in-flight tasks waiting in get/wait
   /// What each blocked task waits on (how many of which objects), innermost
   /// last: its tasks nest on one stack.
