@@ -56,6 +56,15 @@ manta::buffer<double> ma_block(std::span<const double> m, int first, int rows) {
 }
 MANTA_REMOTE(noop, sleep1, asum, make_leaf, add, ma_row, ma_block);
 
+class Counter {
+ public:
+  int incr() { return ++n_; }
+
+ private:
+  int n_ = 0;
+};
+MANTA_ACTOR(Counter, &Counter::incr);
+
 using clock_type = std::chrono::steady_clock;
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
@@ -187,6 +196,26 @@ void w5(int runs) {
   manta::shutdown();
 }
 
+void w6(int runs) {
+  manta::init({.num_workers = 2});
+  const int async_calls = 100000, sync_calls = 5000;
+  double s = timed(runs, [&] {
+    auto c = manta::actor<Counter>().remote();
+    std::vector<manta::object_ref<int>> refs;
+    refs.reserve(async_calls);
+    for (int i = 0; i < async_calls; ++i) refs.push_back(c.task(&Counter::incr).remote());
+    check(manta::get(refs).back() == async_calls, "W6 async");
+  });
+  row("W6", "counter actor, 100,000 calls submitted then gathered (incl. creating the actor)",
+      fmt("%.0f calls/s", async_calls / s));
+  auto c = manta::actor<Counter>().remote();
+  s = timed(runs, [&] {
+    for (int i = 0; i < sync_calls; ++i) manta::get(c.task(&Counter::incr).remote());
+  });
+  row("W6", "counter actor, call and wait, 5,000 times", fmt("%.2f us per call", s / sync_calls * 1e6));
+  manta::shutdown();
+}
+
 void w7(int runs) {
   manta::init({.num_workers = 2});
   std::vector<double> expect(1000, 0.0);
@@ -224,5 +253,6 @@ int main(int argc, char** argv) {
   if (want("W3")) w3(runs);
   if (want("W4")) w4(runs);
   if (want("W5")) w5(runs);
+  if (want("W6")) w6(runs);
   if (want("W7")) w7(runs);
 }
