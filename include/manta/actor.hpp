@@ -126,30 +126,10 @@ class method_builder {
 /// and other actors and returned from them. The actor lives while any handle
 /// anywhere exists (a named one until kill or shutdown). Thread-safe to copy.
 template <class T>
-class actor_handle {
+class actor_handle : public detail::counted_ref {
  public:
-  actor_handle() noexcept = default;
-  /// Adopts one count of `node` (runtime use).
-  explicit actor_handle(detail::ref_node* node) noexcept : node_(node) {}
-  actor_handle(const actor_handle& o) noexcept : node_(o.node_) { detail::acquire(node_); }
-  actor_handle(actor_handle&& o) noexcept : node_(std::exchange(o.node_, nullptr)) {}
-  actor_handle& operator=(const actor_handle& o) noexcept {
-    if (this != &o) {
-      detail::acquire(o.node_);
-      detail::release(std::exchange(node_, o.node_));
-    }
-    return *this;
-  }
-  actor_handle& operator=(actor_handle&& o) noexcept {
-    if (this != &o) detail::release(std::exchange(node_, std::exchange(o.node_, nullptr)));
-    return *this;
-  }
-  ~actor_handle() { detail::release(node_); }
+  using counted_ref::counted_ref;
 
-  bool valid() const noexcept { return node_ != nullptr; }
-  explicit operator bool() const noexcept { return valid(); }
-  object_id id() const noexcept { return node_ ? node_->id : object_id{}; }
-  detail::ref_node* node() const noexcept { return node_; }
   friend bool operator==(const actor_handle& a, const actor_handle& b) noexcept { return a.id() == b.id(); }
 
   /// The builder for a call of `method` (listed in MANTA_ACTOR).
@@ -157,24 +137,17 @@ class actor_handle {
   method_builder<1, T, M> task(M method) const {
     static_assert(std::is_same_v<typename detail::method_traits<M>::class_type, T>,
                   "manta: the method belongs to another class");
-    return method_builder<1, T, M>(node_, method);
+    return method_builder<1, T, M>(node(), method);
   }
 
   template <class Archive>
   void save(Archive& archive) const {
-    object_id i = id();
-    if (!i.empty()) detail::ref_collector::note(i);
-    archive(i.hi, i.lo);
+    detail::save_ref(archive, id());
   }
   template <class Archive>
   void load(Archive& archive) {
-    object_id i;
-    archive(i.hi, i.lo);
-    *this = actor_handle(i.empty() ? nullptr : detail::ref_from_id(i));
+    *this = actor_handle(detail::load_ref(archive));
   }
-
- private:
-  detail::ref_node* node_ = nullptr;
 };
 
 /// Builder for a new actor; options chain, `remote(args...)` starts it.

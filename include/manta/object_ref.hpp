@@ -17,6 +17,24 @@
 #include <manta/serialization.hpp>
 
 namespace manta {
+namespace detail {
+
+/// Writes a ref as its id, noting the id as held inside the value being encoded.
+template <class Archive>
+void save_ref(Archive& archive, const object_id& id) {
+  if (!id.empty()) ref_collector::note(id);
+  archive(id.hi, id.lo);
+}
+
+/// Reads a ref's id; returns its node holding one count (null for an empty ref).
+template <class Archive>
+ref_node* load_ref(Archive& archive) {
+  object_id id;
+  archive(id.hi, id.lo);
+  return id.empty() ? nullptr : ref_from_id(id);
+}
+
+}  // namespace detail
 
 /// A copyable, serialisable future of a `T` stored in the object store. The object
 /// lives while any process holds a copy. Default-constructed refs are empty.
@@ -26,34 +44,10 @@ namespace manta {
 ///     manta::object_ref<int> r = manta::task(square).remote(4);
 ///     int v = manta::get(r);
 template <class T>
-class object_ref {
+class object_ref : public detail::counted_ref {
  public:
   using value_type = T;
-
-  object_ref() noexcept = default;
-  /// Adopts one count of `node` (runtime use).
-  explicit object_ref(detail::ref_node* node) noexcept : node_(node) {}
-  object_ref(const object_ref& o) noexcept : node_(o.node_) { detail::acquire(node_); }
-  object_ref(object_ref&& o) noexcept : node_(std::exchange(o.node_, nullptr)) {}
-  object_ref& operator=(const object_ref& o) noexcept {
-    if (this != &o) {
-      detail::acquire(o.node_);
-      detail::release(std::exchange(node_, o.node_));
-    }
-    return *this;
-  }
-  object_ref& operator=(object_ref&& o) noexcept {
-    if (this != &o) detail::release(std::exchange(node_, std::exchange(o.node_, nullptr)));
-    return *this;
-  }
-  ~object_ref() { detail::release(node_); }
-
-  /// False for a default-constructed (empty) ref.
-  bool valid() const noexcept { return node_ != nullptr; }
-  explicit operator bool() const noexcept { return valid(); }
-  object_id id() const noexcept { return node_ ? node_->id : object_id{}; }
-  /// Runtime use: the node behind the ref (not counted).
-  detail::ref_node* node() const noexcept { return node_; }
+  using counted_ref::counted_ref;
 
   friend bool operator==(const object_ref& a, const object_ref& b) noexcept {
     return a.id() == b.id();
@@ -61,19 +55,12 @@ class object_ref {
 
   template <class Archive>
   void save(Archive& archive) const {
-    object_id i = id();
-    if (!i.empty()) detail::ref_collector::note(i);
-    archive(i.hi, i.lo);
+    detail::save_ref(archive, id());
   }
   template <class Archive>
   void load(Archive& archive) {
-    object_id i;
-    archive(i.hi, i.lo);
-    *this = object_ref(i.empty() ? nullptr : detail::ref_from_id(i));
+    *this = object_ref(detail::load_ref(archive));
   }
-
- private:
-  detail::ref_node* node_ = nullptr;
 };
 
 template <class T>

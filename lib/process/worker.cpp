@@ -178,21 +178,16 @@ class worker_runtime final : public process_context {
 
   ref_node* put(const detail::encoded_value& v) override {
     std::lock_guard lock(mu_);
-    auto* n = new local_node();
-    n->id = next_id();
-    n->epoch = cfg_.epoch;
-    n->count.store(1, std::memory_order_relaxed);
+    std::uint64_t offset;
+    std::string inline_bytes;
+    store_value(v, offset, inline_bytes);  // may throw object_store_full: nothing made yet
+    local_node* n = new_node(next_id());
     n->ready = true;
     n->type_tag = v.type_tag;
     n->size = v.size;
-    store_value(v, n->offset, n->inline_bytes);
-    {
-      ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::put));
-      w.put(n->id);
-      write_contained(w, v.contained);
-      ipc::write_location(w, v.type_tag, v.size, n->offset, n->inline_bytes.data());
-    }
-    table_.emplace(n->id, n);
+    n->offset = offset;
+    n->inline_bytes = std::move(inline_bytes);
+    send_put(*n, v.contained);
     return n;
   }
 
@@ -216,21 +211,12 @@ class worker_runtime final : public process_context {
     std::lock_guard lock(mu_);
     if (x.epoch != cfg_.epoch || size > x.size)
       throw usage_error("manta: a buffer from another runtime, or larger than its extent, was put");
-    auto* n = new local_node();
-    n->id = next_id();
-    n->epoch = cfg_.epoch;
-    n->count.store(1, std::memory_order_relaxed);
+    local_node* n = new_node(next_id());
     n->ready = true;
     n->type_tag = tag;
     n->size = size;
     n->offset = x.offset;
-    {
-      ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::put));
-      w.put(n->id);
-      write_contained(w, {});
-      ipc::write_location(w, tag, size, x.offset, nullptr);
-    }
-    table_.emplace(n->id, n);
+    send_put(*n, {});
     return n;
   }
 
@@ -271,19 +257,9 @@ class worker_runtime final : public process_context {
     std::lock_guard lock(mu_);
     if ((id.hi >> 32) != cfg_.epoch)
       throw usage_error("manta: an object_ref from another runtime was used");
-    auto it = table_.find(id);
-    if (it != table_.end()) {
-      it->second->count.fetch_add(1, std::memory_order_relaxed);
-      return it->second;
-    }
-    auto* n = new local_node();
-    n->id = id;
-    n->epoch = cfg_.epoch;
-    n->count.store(1, std::memory_order_relaxed);
-    table_.emplace(id, n);
-    ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::add_ref));
-    w.put(std::uint32_t{1});
-    w.put(id);
+    bool fresh;
+    local_node* n = counted_node(id, fresh);
+    if (fresh) send_ids(msg::add_ref, {id});  // the driver counts one hold per process
     return n;
   }
 
@@ -312,13 +288,8 @@ class worker_runtime final : public process_context {
       write_options(w, r.options);
       w.put(r.actor ? r.actor->id : object_id{});
       for (std::uint16_t i = 0; i < r.num_returns; ++i) {
-        auto* n = new local_node();
-        n->id = next_id();
-        n->epoch = cfg_.epoch;
-        n->count.store(1, std::memory_order_relaxed);
-        table_.emplace(n->id, n);
-        outs.push_back(n);
-        w.put(n->id);
+        outs.push_back(new_node(next_id()));
+        w.put(outs.back()->id);
       }
       w.put(static_cast<std::uint32_t>(r.deps.size()));
       for (auto* d : r.deps) w.put(d->id);
@@ -347,17 +318,8 @@ class worker_runtime final : public process_context {
     if (!error.empty()) throw usage_error(error);
     if (id.empty()) return nullptr;
     // The driver holds it for this process now (once, however many refs we make).
-    auto it = table_.find(id);
-    if (it != table_.end()) {
-      it->second->count.fetch_add(1, std::memory_order_relaxed);
-      return it->second;
-    }
-    auto* n = new local_node();
-    n->id = id;
-    n->epoch = cfg_.epoch;
-    n->count.store(1, std::memory_order_relaxed);
-    table_.emplace(id, n);
-    return n;
+    bool fresh;
+    return counted_node(id, fresh);
   }
 
   void kill_actor(ref_node* node) override {
@@ -419,6 +381,33 @@ class worker_runtime final : public process_context {
   }
 
   object_id next_id() { return {id_hi_, ++next_seq_}; }
+
+  /// A new node for `id` holding one count.
+  local_node* new_node(const object_id& id) {
+    auto* n = new local_node();
+    n->id = id;
+    n->epoch = cfg_.epoch;
+    n->count.store(1, std::memory_order_relaxed);
+    table_.emplace(id, n);
+    return n;
+  }
+
+  /// The node for `id` with one more count: the one this process has, or a new one.
+  local_node* counted_node(const object_id& id, bool& fresh) {
+    auto it = table_.find(id);
+    fresh = it == table_.end();
+    if (fresh) return new_node(id);
+    it->second->count.fetch_add(1, std::memory_order_relaxed);
+    return it->second;
+  }
+
+  /// Tells the driver about an object this process made.
+  void send_put(const local_node& n, const std::vector<object_id>& contained) {
+    ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::put));
+    w.put(n.id);
+    write_contained(w, contained);
+    ipc::write_location(w, n.type_tag, n.size, n.offset, n.inline_bytes.data());
+  }
 
   static void write_contained(ipc::frame_writer& w, const std::vector<object_id>& ids) {
     w.put(static_cast<std::uint32_t>(ids.size()));

@@ -5,7 +5,6 @@
 // up to max_task_retries, otherwise they fail with actor_died_error, as every
 // call does once the actor is dead. Everything here runs with mu_ held.
 #include <signal.h>
-#include <sys/epoll.h>
 
 #include <algorithm>
 
@@ -153,20 +152,7 @@ void node_runtime::actor_host_died(worker_link& w, const std::string& cause) {
   actor_record& a = *w.actor;
   std::vector<task_spec*> lost(w.in_flight.begin(), w.in_flight.end());
   w.in_flight.clear();
-  for (auto& [off, size] : w.extents) arena_->deallocate(off);
-  w.extents.clear();
-  for (const auto& id : w.holds)
-    if (object_entry* e = dir_.find(id)) detail::release(e);
-  w.holds.clear();
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, w.out_fd, nullptr);
-  ::close(w.out_fd);
-  ::close(w.in_fd);
-  w.out_fd = w.in_fd = -1;
-  w.out = ipc::outbox();
-  w.in = ipc::inbox();
-  if (w.stdout_fd >= 0) forward_output(w, false, true);
-  if (w.stderr_fd >= 0) forward_output(w, true, true);
-  w.st = worker_link::state::dead;
+  close_link(w);
 
   std::vector<task_spec*> calls;
   for (task_spec* t : lost) {

@@ -571,6 +571,24 @@ void node_runtime::on_exited(pid_t pid, int status) {
   }
 }
 
+void node_runtime::close_link(worker_link& w) {
+  for (auto& [off, size] : w.extents) arena_->deallocate(off);
+  w.extents.clear();
+  for (const auto& id : w.holds)
+    if (object_entry* e = dir_.find(id)) detail::release(e);
+  w.holds.clear();
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, w.out_fd, nullptr);
+  ::close(w.out_fd);
+  ::close(w.in_fd);
+  w.out_fd = w.in_fd = -1;
+  w.out = ipc::outbox();
+  w.in = ipc::inbox();
+  // Forward its last lines now: the slot's next process gets new pipes.
+  if (w.stdout_fd >= 0) forward_output(w, false, true);
+  if (w.stderr_fd >= 0) forward_output(w, true, true);
+  w.st = worker_link::state::dead;
+}
+
 void node_runtime::finalize_death(worker_link& w) {
   if (w.st == worker_link::state::dead) return;
   const std::string cause = describe_exit(w.exit_status);
@@ -612,21 +630,7 @@ void node_runtime::finalize_death(worker_link& w) {
   w.awaiting.clear();
   if (w.holds_cpu) ledger_.give_cpu(1);
   w.holds_cpu = false;
-  for (auto& [off, size] : w.extents) arena_->deallocate(off);
-  w.extents.clear();
-  for (const auto& id : w.holds)
-    if (object_entry* e = dir_.find(id)) detail::release(e);
-  w.holds.clear();
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, w.out_fd, nullptr);
-  ::close(w.out_fd);
-  ::close(w.in_fd);
-  w.out_fd = w.in_fd = -1;
-  w.out = ipc::outbox();
-  w.in = ipc::inbox();
-  // Forward its last lines now: the slot's next process gets new pipes.
-  if (w.stdout_fd >= 0) forward_output(w, false, true);
-  if (w.stderr_fd >= 0) forward_output(w, true, true);
-  w.st = worker_link::state::dead;
+  close_link(w);
   for (auto& [t, err] : failed) fail_task(t, err);
   if (!stopping_.load()) request_spawn(w.slot);
   dispatch();

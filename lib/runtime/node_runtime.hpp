@@ -255,6 +255,8 @@ class node_runtime final : public process::process_context {
   void on_spawned(const process::zygote_reply& r, std::vector<int>& fds);
   void on_exited(pid_t pid, int status);
   void finalize_death(worker_link& w);
+  /// A process is gone: free what it held, close its pipes, forward its last output.
+  void close_link(worker_link& w);
   void kill_worker(worker_link& w, const std::string& why);
 
   // ---- I/O (poll_mu_ held)
