@@ -139,15 +139,6 @@ class actor_handle : public detail::counted_ref {
                   "manta: the method belongs to another class");
     return method_builder<1, T, M>(node(), method);
   }
-
-  template <class Archive>
-  void save(Archive& archive) const {
-    detail::save_ref(archive, id());
-  }
-  template <class Archive>
-  void load(Archive& archive) {
-    *this = actor_handle(detail::load_ref(archive));
-  }
 };
 
 /// Builder for a new actor; options chain, `remote(args...)` starts it.

@@ -17,24 +17,6 @@
 #include <manta/serialization.hpp>
 
 namespace manta {
-namespace detail {
-
-/// Writes a ref as its id, noting the id as held inside the value being encoded.
-template <class Archive>
-void save_ref(Archive& archive, const object_id& id) {
-  if (!id.empty()) ref_collector::note(id);
-  archive(id.hi, id.lo);
-}
-
-/// Reads a ref's id; returns its node holding one count (null for an empty ref).
-template <class Archive>
-ref_node* load_ref(Archive& archive) {
-  object_id id;
-  archive(id.hi, id.lo);
-  return id.empty() ? nullptr : ref_from_id(id);
-}
-
-}  // namespace detail
 
 /// A copyable, serialisable future of a `T` stored in the object store. The object
 /// lives while any process holds a copy. Default-constructed refs are empty.
@@ -51,15 +33,6 @@ class object_ref : public detail::counted_ref {
 
   friend bool operator==(const object_ref& a, const object_ref& b) noexcept {
     return a.id() == b.id();
-  }
-
-  template <class Archive>
-  void save(Archive& archive) const {
-    detail::save_ref(archive, id());
-  }
-  template <class Archive>
-  void load(Archive& archive) {
-    *this = object_ref(detail::load_ref(archive));
   }
 };
 

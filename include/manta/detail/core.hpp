@@ -42,44 +42,6 @@ inline void release(ref_node* n) noexcept {
   if (n && n->count.fetch_sub(1, std::memory_order_acq_rel) == 1) release_slow(n);
 }
 
-/// Holds one count of a ref_node: what object_ref and actor_handle share.
-/// Copies count, moves do not; serialised as the id (collected while encoding).
-class counted_ref {
- public:
-  counted_ref() noexcept = default;
-  /// Adopts one count of `node` (runtime use).
-  explicit counted_ref(ref_node* node) noexcept : node_(node) {}
-  counted_ref(const counted_ref& o) noexcept : node_(o.node_) { acquire(node_); }
-  counted_ref(counted_ref&& o) noexcept : node_(o.node_) { o.node_ = nullptr; }
-  counted_ref& operator=(const counted_ref& o) noexcept {
-    if (this != &o) {
-      acquire(o.node_);
-      release(node_);
-      node_ = o.node_;
-    }
-    return *this;
-  }
-  counted_ref& operator=(counted_ref&& o) noexcept {
-    if (this != &o) {
-      release(node_);
-      node_ = o.node_;
-      o.node_ = nullptr;
-    }
-    return *this;
-  }
-  ~counted_ref() { release(node_); }
-
-  /// False for a default-constructed (empty) one.
-  bool valid() const noexcept { return node_ != nullptr; }
-  explicit operator bool() const noexcept { return valid(); }
-  object_id id() const noexcept { return node_ ? node_->id : object_id{}; }
-  /// Runtime use: the node behind it (not counted).
-  ref_node* node() const noexcept { return node_; }
-
- private:
-  ref_node* node_ = nullptr;
-};
-
 /// Values up to this size travel inline in messages; larger ones go to the arena.
 inline constexpr std::size_t max_inline_bytes = 64 * 1024;
 
@@ -161,6 +123,58 @@ struct ref_collector {
  private:
   std::vector<object_id>* out_;
   ref_collector* previous_;
+};
+
+/// Holds one count of a ref_node: what object_ref and actor_handle share.
+/// Copies count, moves do not; serialised as the id (collected while encoding).
+class counted_ref {
+ public:
+  counted_ref() noexcept = default;
+  /// Adopts one count of `node` (runtime use).
+  explicit counted_ref(ref_node* node) noexcept : node_(node) {}
+  counted_ref(const counted_ref& o) noexcept : node_(o.node_) { acquire(node_); }
+  counted_ref(counted_ref&& o) noexcept : node_(o.node_) { o.node_ = nullptr; }
+  counted_ref& operator=(const counted_ref& o) noexcept {
+    if (this != &o) {
+      acquire(o.node_);
+      release(node_);
+      node_ = o.node_;
+    }
+    return *this;
+  }
+  counted_ref& operator=(counted_ref&& o) noexcept {
+    if (this != &o) {
+      release(node_);
+      node_ = o.node_;
+      o.node_ = nullptr;
+    }
+    return *this;
+  }
+  ~counted_ref() { release(node_); }
+
+  /// False for a default-constructed (empty) one.
+  bool valid() const noexcept { return node_ != nullptr; }
+  explicit operator bool() const noexcept { return valid(); }
+  object_id id() const noexcept { return node_ ? node_->id : object_id{}; }
+  /// Runtime use: the node behind it (not counted).
+  ref_node* node() const noexcept { return node_; }
+
+  /// Serialised as its id, noted as held inside the value being encoded.
+  template <class Archive>
+  void save(Archive& archive) const {
+    object_id i = id();
+    if (!i.empty()) ref_collector::note(i);
+    archive(i.hi, i.lo);
+  }
+  template <class Archive>
+  void load(Archive& archive) {
+    object_id i;
+    archive(i.hi, i.lo);
+    *this = counted_ref(i.empty() ? nullptr : ref_from_id(i));
+  }
+
+ private:
+  ref_node* node_ = nullptr;
 };
 
 }  // namespace detail
