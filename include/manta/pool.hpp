@@ -30,11 +30,12 @@ inline std::size_t auto_chunksize(std::size_t n, std::size_t chunksize) {
 
 /// Submits f over [first, first + n) of `items` as one map or starmap task.
 template <class R, class X, class Items>
-object_ref<std::vector<R>> submit_chunk(const function_info& fn, call_mode mode,
+object_ref<std::vector<R>> submit_chunk(const function_info& fn, call_mode mode, int max_retries,
                                         const Items& items, std::size_t first, std::size_t n) {
   task_request request;
   request.function = &fn;
   request.mode = mode;
+  request.options.max_retries = max_retries;
   arg_writer writer(request);
   using Item = std::ranges::range_value_t<Items>;
   if constexpr (is_raw_v<std::vector<X>> && std::ranges::contiguous_range<Items> &&
@@ -56,13 +57,14 @@ object_ref<std::vector<R>> submit_chunk(const function_info& fn, call_mode mode,
 
 template <class R, class X, class Items>
 std::vector<object_ref<std::vector<R>>> submit_chunks(const function_info& fn, call_mode mode,
-                                                      const Items& items, std::size_t chunksize) {
+                                                      int max_retries, const Items& items,
+                                                      std::size_t chunksize) {
   const std::size_t n = static_cast<std::size_t>(std::ranges::distance(items));
   chunksize = auto_chunksize(n, chunksize);
   std::vector<object_ref<std::vector<R>>> chunks;
   chunks.reserve((n + chunksize - 1) / chunksize);
   for (std::size_t i = 0; i < n; i += chunksize)
-    chunks.push_back(submit_chunk<R, X>(fn, mode, items, i, std::min(chunksize, n - i)));
+    chunks.push_back(submit_chunk<R, X>(fn, mode, max_retries, items, i, std::min(chunksize, n - i)));
   return chunks;
 }
 
@@ -152,15 +154,21 @@ class result_stream {
 ///     std::vector<int> squares = p.map(square, std::vector<int>{1, 2, 3});
 class pool {
  public:
+  struct settings {
+    /// Times a chunk is re-run when its worker dies (-1: until it succeeds).
+    int max_retries = 3;
+  };
+
   /// Uses the running runtime's workers.
   /// @throws usage_error without a runtime.
-  pool();
+  pool() : pool(settings{}) {}
+  explicit pool(settings s);
 
   /// [f(x) for x in xs], in order. `chunksize` 0 picks about 4 chunks per worker.
   template <class R, class P, std::ranges::sized_range Items>
   std::vector<R> map(R (*f)(P), const Items& xs, std::size_t chunksize = 0) const {
     auto chunks = detail::submit_chunks<R, detail::param_t<P>>(detail::mapped_function(f, false),
-                                                               detail::call_mode::map, xs, chunksize);
+                                                               detail::call_mode::map, settings_.max_retries, xs, chunksize);
     std::vector<R> out;
     out.reserve(std::ranges::size(xs));
     for (const auto& c : chunks) detail::append_chunk(c, out);
@@ -171,7 +179,7 @@ class pool {
   template <class R, class... P, std::ranges::sized_range Items>
   std::vector<R> starmap(R (*f)(P...), const Items& tuples, std::size_t chunksize = 0) const {
     auto chunks = detail::submit_chunks<R, std::tuple<detail::param_t<P>...>>(
-        detail::mapped_function(f, true), detail::call_mode::starmap, tuples, chunksize);
+        detail::mapped_function(f, true), detail::call_mode::starmap, settings_.max_retries, tuples, chunksize);
     std::vector<R> out;
     out.reserve(std::ranges::size(tuples));
     for (const auto& c : chunks) detail::append_chunk(c, out);
@@ -182,7 +190,7 @@ class pool {
   template <class R, class P, std::ranges::sized_range Items>
   result_stream<R> imap(R (*f)(P), const Items& xs, std::size_t chunksize = 0) const {
     return {detail::submit_chunks<R, detail::param_t<P>>(detail::mapped_function(f, false),
-                                                         detail::call_mode::map, xs, chunksize),
+                                                         detail::call_mode::map, settings_.max_retries, xs, chunksize),
             true};
   }
 
@@ -190,7 +198,7 @@ class pool {
   template <class R, class P, std::ranges::sized_range Items>
   result_stream<R> imap_unordered(R (*f)(P), const Items& xs, std::size_t chunksize = 0) const {
     return {detail::submit_chunks<R, detail::param_t<P>>(detail::mapped_function(f, false),
-                                                         detail::call_mode::map, xs, chunksize),
+                                                         detail::call_mode::map, settings_.max_retries, xs, chunksize),
             false};
   }
 
@@ -205,6 +213,9 @@ class pool {
   R apply(R (*f)(P...), A&&... args) const {
     return get(task(f).remote(std::forward<A>(args)...));
   }
+
+ private:
+  settings settings_;
 };
 
 }  // namespace manta

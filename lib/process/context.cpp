@@ -216,5 +216,5 @@ void ref_collector::note(const object_id& id) noexcept {
 }  // namespace manta::detail
 
 namespace manta {
-pool::pool() { process::require_context("manta::pool"); }
+pool::pool(settings s) : settings_(s) { process::require_context("manta::pool"); }
 }  // namespace manta

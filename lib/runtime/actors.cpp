@@ -168,11 +168,13 @@ void node_runtime::actor_host_died(worker_link& w, const std::string& cause) {
                        (a.options.max_restarts < 0 || a.restarts < a.options.max_restarts);
   if (restart) {
     ++a.restarts;
+    actor_restarts_.fetch_add(1, std::memory_order_relaxed);
     MANTA_INFO << "actor " << a.label << " died (" << cause << "); restart " << a.restarts;
     for (auto it = calls.rbegin(); it != calls.rend(); ++it) {  // keep their order at the front
       task_spec* t = *it;
       if (a.options.max_task_retries < 0 || t->attempts < a.options.max_task_retries) {
         ++t->attempts;
+        task_retries_.fetch_add(1, std::memory_order_relaxed);
         a.queue.push_front(t);
       } else {
         fail_task(t, actor_error(a, "died (" + cause + ") while running this call"));

@@ -68,6 +68,12 @@ std::size_t arena_used_bytes() {
   return node ? node->arena().used_bytes() : 0;
 }
 
+runtime_counters counters() {
+  if (in_worker()) return {};
+  std::lock_guard lock(lifecycle_mu);
+  return node ? node->counters() : runtime_counters{};
+}
+
 std::size_t object_count() {
   if (in_worker()) return {};
   std::lock_guard lock(lifecycle_mu);

@@ -353,6 +353,7 @@ void node_runtime::on_task_done(worker_link& w, ipc::frame_reader& r) {
     s.ewma_ns = s.known ? (s.ewma_ns * 7 + static_cast<double>(ns)) / 8 : static_cast<double>(ns);
     s.known = true;
     if (t->num_returns == 1) s.result_bytes = t->returns[0]->size;
+    tasks_finished_.fetch_add(1, std::memory_order_relaxed);
     finish_task(t);
   } else {
     drop_grant(w, *t);
@@ -361,6 +362,7 @@ void node_runtime::on_task_done(worker_link& w, ipc::frame_reader& r) {
                  (t->options.max_retries < 0 || t->attempts < t->options.max_retries);
     if (retry) {
       ++t->attempts;
+      task_retries_.fetch_add(1, std::memory_order_relaxed);
       enqueue(t);
     } else {
       fail_task(t, err);
@@ -593,6 +595,7 @@ void node_runtime::finalize_death(worker_link& w) {
   if (w.st == worker_link::state::dead) return;
   const std::string cause = describe_exit(w.exit_status);
   MANTA_DEBUG << "worker pid " << w.pid << " ended: " << cause;
+  if (!stopping_.load()) processes_lost_.fetch_add(1, std::memory_order_relaxed);
   if (w.actor) {
     actor_host_died(w, cause);
     return;
@@ -624,6 +627,7 @@ void node_runtime::finalize_death(worker_link& w) {
         continue;
       }
     }
+    task_retries_.fetch_add(1, std::memory_order_relaxed);
     requeue_front(t);
   }
   w.blocked = w.active_default = w.nondefault = 0;

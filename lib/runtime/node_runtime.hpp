@@ -29,6 +29,8 @@
 #include "process/context.hpp"
 #include "process/control.hpp"
 #include "process/zygote.hpp"
+#include <manta/detail/introspect.hpp>
+
 #include "runtime/directory.hpp"
 #include "runtime/resources.hpp"
 #include "store/arena.hpp"
@@ -157,6 +159,10 @@ class node_runtime final : public process::process_context {
   std::size_t worker_count() const noexcept override { return pool_size_; }
   std::uint32_t epoch() const noexcept override { return epoch_; }
   bool is_worker() const noexcept override { return false; }
+
+  detail::runtime_counters counters() const {
+    return {tasks_finished_.load(), task_retries_.load(), processes_lost_.load(), actor_restarts_.load()};
+  }
 
   /// pids of the zygote and live workers (tests and tools).
   std::vector<pid_t> process_ids();
@@ -289,6 +295,8 @@ class node_runtime final : public process::process_context {
   std::atomic<std::uint32_t> seal_seq_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<int> active_calls_{0};
+  std::atomic<std::uint64_t> tasks_finished_{0}, task_retries_{0}, processes_lost_{0},
+      actor_restarts_{0};
 
   tbb::concurrent_queue<task_spec*> submissions_;  ///< from user threads, not yet registered
   std::atomic<std::uint64_t> next_key_{0};

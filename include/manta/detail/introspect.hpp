@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace manta::detail {
@@ -13,5 +14,14 @@ std::vector<int> runtime_process_ids();
 std::size_t arena_used_bytes();
 /// Objects in the directory.
 std::size_t object_count();
+
+/// What the node has gone through since init.
+struct runtime_counters {
+  std::uint64_t tasks_finished = 0;   ///< tasks and actor calls that sealed their results
+  std::uint64_t task_retries = 0;     ///< runs re-queued after a crash (or an exception, when asked)
+  std::uint64_t processes_lost = 0;   ///< workers and actor hosts that died unasked
+  std::uint64_t actor_restarts = 0;
+};
+runtime_counters counters();
 
 }  // namespace manta::detail
