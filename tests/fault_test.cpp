@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -45,7 +46,29 @@ int report_and_block(int) {
   for (;;) ::pause();
 }
 int plus(int a, int b) { return a + b; }
-MANTA_REMOTE(crash_once, crash_always, report_and_block, plus);
+
+/// The first time it runs for `marker`, writes a malformed frame into every pipe
+/// this process may write to (its pipe to the driver among them), as a corrupt
+/// worker would, and returns; its result then follows the garbage. Succeeds
+/// when retried.
+int send_garbage_once(std::string marker, bool oversized) {
+  int fd = ::open(marker.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0600);
+  if (fd < 0) return 7;
+  ::close(fd);
+  // An oversized header, or a task_done (type 16) whose body is cut short.
+  std::uint32_t frame[2] = {oversized ? 0xfffffff0u : 2u, 16u};
+  char padded[16] = {};
+  std::memcpy(padded, frame, sizeof frame);
+  for (int f = 3; f < 1024; ++f) {
+    int flags = ::fcntl(f, F_GETFL);
+    struct stat st{};
+    if (flags < 0 || (flags & O_ACCMODE) != O_WRONLY || ::fstat(f, &st) != 0 || !S_ISFIFO(st.st_mode))
+      continue;
+    [[maybe_unused]] auto n = ::write(f, padded, sizeof padded);
+  }
+  return 0;  // never seen: the driver stops reading at the garbage and replaces the worker
+}
+MANTA_REMOTE(crash_once, crash_always, report_and_block, plus, send_garbage_once);
 
 int read_pid(int timeout_ms = 10000) {
   pollfd p{report_pipe[0], POLLIN, 0};
@@ -114,6 +137,16 @@ INSTANTIATE_TEST_SUITE_P(signals, faults, ::testing::Values(SIGKILL, SIGSEGV, SI
 
 class external_kill : public faults {};
 INSTANTIATE_TEST_SUITE_P(kill, external_kill, ::testing::Values(SIGKILL));
+
+TEST_P(external_kill, a_worker_sending_malformed_frames_is_replaced_and_its_task_retried) {
+  for (bool oversized : {true, false}) {
+    auto r = manta::task(send_garbage_once).remote(marker(oversized ? "big" : "short"), oversized);
+    EXPECT_EQ(manta::get(r, 20s), 7);
+  }
+  EXPECT_TRUE(manta::testing::eventually(
+      [&] { return manta::detail::runtime_process_ids().size() == 3; }));
+  EXPECT_EQ(manta::get(manta::task(plus).remote(2, 3), 20s), 5);  // the driver is fine
+}
 
 TEST_P(external_kill, killing_the_worker_from_outside) {
   auto r = manta::task(report_and_block).max_retries(1).remote(0);
