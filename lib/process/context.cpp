@@ -38,21 +38,13 @@ exclusive_context_scope::~exclusive_context_scope() {
   context_mu.unlock();
 }
 
-/// Keeps the current context alive for the duration of one entry point.
-class context_use {
- public:
-  context_use() : counted_(!exclusive_here) {
-    if (counted_ && shared_depth++ == 0) context_mu.lock_shared();
-  }
-  ~context_use() {
-    if (counted_ && --shared_depth == 0) context_mu.unlock_shared();
-  }
-  context_use(const context_use&) = delete;
-  context_use& operator=(const context_use&) = delete;
+context_use::context_use() : counted_(!exclusive_here) {
+  if (counted_ && shared_depth++ == 0) context_mu.lock_shared();
+}
 
- private:
-  bool counted_;
-};
+context_use::~context_use() {
+  if (counted_ && --shared_depth == 0) context_mu.unlock_shared();
+}
 
 process_context* current_context() noexcept { return current.load(std::memory_order_acquire); }
 void set_current_context(process_context* c) noexcept { current.store(c, std::memory_order_release); }

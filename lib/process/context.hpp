@@ -53,6 +53,20 @@ std::string demangle(const char* mangled);
 }  // namespace manta::detail
 
 namespace manta::process {
+/// While alive, this thread holds the context lock shared: the context cannot be
+/// torn down. Nests. Every entry point holds one; so does the driver's I/O thread
+/// for its whole life, so the context lock is always taken before the runtime's own.
+class context_use {
+ public:
+  context_use();
+  ~context_use();
+  context_use(const context_use&) = delete;
+  context_use& operator=(const context_use&) = delete;
+
+ private:
+  bool counted_;
+};
+
 /// While alive, this thread holds the context lock exclusively: no other thread
 /// is inside an entry point, and releases on this thread do not take the lock.
 /// Used to tear a context down.

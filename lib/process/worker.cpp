@@ -771,6 +771,7 @@ class worker_runtime final : public process_context {
   }
 
   void execute_calls() {
+    context_use hold;  // a worker's context lives as long as the process
     for (;;) {
       std::string body;
       {
@@ -853,6 +854,9 @@ void run_worker(const worker_config& config) {
   ::prctl(PR_SET_NAME, "manta-worker");
   static worker_runtime* runtime = new worker_runtime(config);  // lives until _exit
   set_current_context(runtime);
+  // Held for the process's life, before any runtime lock: entry points nested in
+  // the runtime's own sections then never take the context lock after them.
+  context_use hold;
   runtime->run();
 }
 

@@ -46,6 +46,7 @@ void node_runtime::wake_io() {
 }
 
 void node_runtime::io_loop() {
+  process::context_use hold;  // before poll_mu_ and mu_, like every user thread
   std::unique_lock poll(poll_mu_);
   ipc::adaptive_spin spin;
   auto& idle = control_->driver_idle;

@@ -101,7 +101,9 @@ struct worker_link {
   int slot = 0;
   std::uint64_t generation = 0;
   pid_t pid = -1;
-  state st = state::dead;
+  /// Read by pollers without the scheduler mutex: set to alive (release) only
+  /// once the pipes are in place.
+  std::atomic<state> st{state::dead};
   ipc::outbox out;
   ipc::inbox in;
   int out_fd = -1, in_fd = -1, stdout_fd = -1, stderr_fd = -1;
