@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <cstdlib>
 #include <string>
@@ -47,6 +49,21 @@ int report_and_block(int) {
 }
 int plus(int a, int b) { return a + b; }
 
+/// Puts and drops 1 MB values as fast as it can (each one asks the driver for room).
+int put_forever(int) {
+  for (;;) {
+    auto r = manta::put(std::vector<char>(1 << 20, 'x'));
+    auto b = manta::make_buffer<char>(1 << 20);
+    b[0] = 'y';
+    auto s = manta::put(std::move(b));
+  }
+}
+
+struct Idle {
+  int pid() const { return static_cast<int>(::getpid()); }
+};
+MANTA_ACTOR(Idle, &Idle::pid);
+
 /// The first time it runs for `marker`, writes a malformed frame into every pipe
 /// this process may write to (its pipe to the driver among them), as a corrupt
 /// worker would, and returns; its result then follows the garbage. Succeeds
@@ -68,7 +85,7 @@ int send_garbage_once(std::string marker, bool oversized) {
   }
   return 0;  // never seen: the driver stops reading at the garbage and replaces the worker
 }
-MANTA_REMOTE(crash_once, crash_always, report_and_block, plus, send_garbage_once);
+MANTA_REMOTE(crash_once, crash_always, report_and_block, plus, send_garbage_once, put_forever);
 
 int read_pid(int timeout_ms = 10000) {
   pollfd p{report_pipe[0], POLLIN, 0};
@@ -135,6 +152,23 @@ INSTANTIATE_TEST_SUITE_P(signals, faults, ::testing::Values(SIGKILL, SIGSEGV, SI
                                                   : std::string(sigabbrev_np(info.param));
                          });
 
+TEST_P(faults, processes_killed_while_allocating_do_not_wedge_the_arena) {
+  const std::size_t before = manta::detail::arena_used_bytes();
+  for (int round = 0; round < 20; ++round) {
+    auto r = manta::task(put_forever).max_retries(0).remote(0);
+    // Let it allocate for a moment, then kill whichever worker runs it.
+    EXPECT_THROW(manta::get(r, 50ms), manta::timeout_error);
+    for (int pid : manta::detail::runtime_process_ids())
+      if (pid != manta::detail::runtime_process_ids()[0]) ::kill(pid, GetParam() ? GetParam() : SIGKILL);
+    EXPECT_THROW(manta::get(r, 20s), manta::error);
+  }
+  // Every extent the dead processes held is back; the arena still serves.
+  EXPECT_TRUE(manta::testing::eventually([&] { return manta::detail::arena_used_bytes() == before; }))
+      << manta::detail::arena_used_bytes() << " bytes, was " << before;
+  auto big = manta::put(std::vector<char>(8 << 20, 'z'));
+  EXPECT_EQ(manta::get_view(big)[12345], 'z');
+}
+
 class external_kill : public faults {};
 INSTANTIATE_TEST_SUITE_P(kill, external_kill, ::testing::Values(SIGKILL));
 
@@ -174,16 +208,19 @@ TEST(driver_crash, killing_the_driver_ends_every_process) {
     manta::init({.num_workers = 2});
     auto busy = manta::task(plus).remote(1, 1);
     manta::get(busy);
-    auto pids = manta::detail::runtime_process_ids();
+    auto host = manta::actor<Idle>().remote();
+    manta::get(host.task(&Idle::pid).remote());
+    auto pids = manta::detail::runtime_process_ids();  // zygote, 2 workers, 1 actor host
     [[maybe_unused]] auto n = ::write(report[1], pids.data(), pids.size() * sizeof(int));
     for (;;) ::pause();
   }
   ::close(report[1]);
-  std::vector<int> pids(3);
-  ASSERT_EQ(::read(report[0], pids.data(), pids.size() * sizeof(int)), 3 * sizeof(int));
+  std::vector<int> pids(4);
+  ASSERT_EQ(::read(report[0], pids.data(), pids.size() * sizeof(int)), 4 * sizeof(int));
   ::close(report[0]);
   ASSERT_EQ(::kill(driver, SIGKILL), 0);
   ASSERT_EQ(::waitpid(driver, nullptr, 0), driver);
+  auto t0 = std::chrono::steady_clock::now();
   bool all_gone = manta::testing::eventually(
       [&] {
         while (::waitpid(-1, nullptr, WNOHANG) > 0) {
@@ -192,6 +229,8 @@ TEST(driver_crash, killing_the_driver_ends_every_process) {
       },
       5s);
   EXPECT_TRUE(all_gone);
+  std::printf("driver killed: zygote, workers and actor host gone after %.0f ms\n",
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   auto shm = manta::testing::shm_entries();
   for (auto& name : shm)
     EXPECT_EQ(name.find("manta-" + std::to_string(driver)), std::string::npos) << name;
