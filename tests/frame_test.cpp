@@ -100,6 +100,22 @@ TEST(frames, truncated_and_oversized_frames_are_protocol_errors) {
   EXPECT_THROW(in.next(f), protocol_error);
 }
 
+// Found by tests/fuzz/frame_fuzz: a header claiming a large (but legal) frame must
+// not make the inbox allocate it before its bytes arrive.
+TEST(frames, a_large_claimed_frame_grows_the_buffer_only_as_bytes_arrive) {
+  pipe_pair p;
+  frame_header h{max_frame_bytes - 8, 1, 0};
+  ASSERT_EQ(::write(p.fds[1], &h, sizeof h), static_cast<ssize_t>(sizeof h));
+  ::close(p.fds[1]);
+  p.fds[1] = -1;
+  inbox in(p.fds[0]);
+  frame f;
+  EXPECT_NE(in.read_some(), inbox::status::closed);
+  EXPECT_FALSE(in.next(f));
+  EXPECT_LT(in.capacity(), std::size_t{1} << 20);
+  EXPECT_EQ(in.read_some(), inbox::status::closed);
+}
+
 TEST(frames, eof_is_reported_after_the_last_frame) {
   pipe_pair p;
   std::string buf;

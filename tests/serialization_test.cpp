@@ -1,4 +1,5 @@
 // serialization_test: values survive encode/decode; raw data stays raw.
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -8,6 +9,11 @@
 #include <manta/manta.hpp>
 
 namespace {
+
+struct nothing {
+  template <class A>
+  void serialize(A&) {}
+};
 
 struct point {
   double x = 0, y = 0;
@@ -65,6 +71,28 @@ TEST(serialization, malformed_bytes_are_a_clear_error) {
   EXPECT_THROW(manta::detail::decode<int>({junk, 3}), manta::usage_error);
   EXPECT_THROW(manta::detail::decode<point>({junk, 3}), manta::usage_error);
   EXPECT_THROW(manta::detail::decode<std::vector<double>>({junk, 3}), manta::usage_error);
+}
+
+// Found by tests/fuzz/value_fuzz: a size tag claiming more elements than there are
+// bytes must not allocate them, and an empty string may sit at the very end.
+TEST(serialization, sizes_larger_than_the_bytes_are_refused_before_allocating) {
+  std::uint64_t huge = std::uint64_t{1} << 60;
+  std::byte bytes[sizeof huge];
+  std::memcpy(bytes, &huge, sizeof huge);
+  EXPECT_THROW(manta::detail::decode<std::vector<std::string>>({bytes, sizeof bytes}),
+               manta::usage_error);
+  EXPECT_THROW((manta::detail::decode<std::map<std::string, int>>({bytes, sizeof bytes})),
+               manta::usage_error);
+  EXPECT_THROW(manta::detail::decode<point>({bytes, sizeof bytes}), manta::usage_error);
+
+  std::uint64_t one = 1, empty = 0;
+  std::byte last_empty[16];
+  std::memcpy(last_empty, &one, 8);
+  std::memcpy(last_empty + 8, &empty, 8);
+  EXPECT_EQ(manta::detail::decode<std::vector<std::string>>({last_empty, 16}),
+            std::vector<std::string>{""});
+  // Elements of an empty type take no bytes at all, and still decode.
+  EXPECT_EQ(round_trip(std::vector<nothing>(100)).size(), 100u);
 }
 
 TEST(serialization, names_split_at_top_level_commas) {

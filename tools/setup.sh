@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs manta's build and test dependencies from Debian 12 packages when missing.
 # Run as root (or with sudo available). CUDA is optional and never installed here.
+# With --fuzz it also installs clang and its libFuzzer runtime (tests/fuzz).
 set -euo pipefail
 
 packages=(
@@ -9,6 +10,7 @@ packages=(
   libtbb-dev libcereal-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )
+[ "${1:-}" = "--fuzz" ] && packages+=(clang-14 libclang-rt-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

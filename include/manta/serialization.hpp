@@ -89,14 +89,47 @@ class string_sink : public std::streambuf {
   std::string& out_;
 };
 
-/// A read-only streambuf over a byte span.
-class span_source : public std::streambuf {
+/// cereal's binary input format, read straight from a byte span, refusing any
+/// size larger than the bytes left: a corrupt or hostile stored value cannot make
+/// decoding allocate what the input could never fill.
+class bounded_input : public cereal::InputArchive<bounded_input, cereal::AllowEmptyClassElision> {
  public:
-  explicit span_source(std::span<const std::byte> bytes) {
-    char* p = const_cast<char*>(reinterpret_cast<const char*>(bytes.data()));
-    setg(p, p, p + bytes.size());
+  explicit bounded_input(std::span<const std::byte> bytes)
+      : InputArchive(this), pos_(bytes.data()), end_(bytes.data() + bytes.size()) {}
+  void load_binary(void* data, std::size_t size) {
+    if (size > remaining()) throw cereal::Exception("stored value is truncated");
+    if (size == 0) return;  // an empty string's data may be null
+    std::memcpy(data, pos_, size);
+    pos_ += size;
   }
+  std::size_t remaining() const noexcept { return static_cast<std::size_t>(end_ - pos_); }
+
+ private:
+  const std::byte* pos_;
+  const std::byte* end_;
 };
+
+template <class T>
+std::enable_if_t<std::is_arithmetic_v<T>> CEREAL_LOAD_FUNCTION_NAME(bounded_input& ar, T& t) {
+  ar.load_binary(std::addressof(t), sizeof(t));
+}
+template <class T>
+void CEREAL_LOAD_FUNCTION_NAME(bounded_input& ar, cereal::NameValuePair<T>& t) {
+  ar(t.value);
+}
+template <class T>
+void CEREAL_LOAD_FUNCTION_NAME(bounded_input& ar, cereal::SizeTag<T>& t) {
+  ar(t.size);
+  // Every element takes at least a byte, but for elements of empty types: allow
+  // those a bounded slack rather than refuse them.
+  constexpr std::size_t empty_element_slack = 1 << 16;
+  if (static_cast<std::uint64_t>(t.size) > ar.remaining() + empty_element_slack)
+    throw cereal::Exception("stored size exceeds the value's bytes");
+}
+template <class T>
+void CEREAL_LOAD_FUNCTION_NAME(bounded_input& ar, cereal::BinaryData<T>& bd) {
+  ar.load_binary(bd.data, static_cast<std::size_t>(bd.size));
+}
 
 template <class T>
 constexpr bool is_vector_v = false;
@@ -152,13 +185,13 @@ T decode(std::span<const std::byte> bytes) {
     if (!bytes.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());
     return v;
   } else {
-    span_source source(bytes);
-    std::istream is(&source);
     T v{};
     try {
-      cereal::BinaryInputArchive archive(is);
+      bounded_input archive(bytes);
       archive(v);
-    } catch (const cereal::Exception& e) {
+    } catch (const usage_error&) {
+      throw;
+    } catch (const std::exception& e) {  // cereal's own, or length_error/bad_alloc on nonsense
       throw usage_error(std::string("manta: cannot decode stored value: ") + e.what());
     }
     return v;
@@ -167,3 +200,5 @@ T decode(std::span<const std::byte> bytes) {
 
 }  // namespace detail
 }  // namespace manta
+
+CEREAL_REGISTER_ARCHIVE(manta::detail::bounded_input)

@@ -71,14 +71,14 @@ inbox::status inbox::read_some() {
     end_ -= begin_;
     begin_ = 0;
   }
-  // Grow when the frame being received does not fit.
-  if (end_ - begin_ >= sizeof(frame_header)) {
+  // Grow when the frame being received does not fit, doubling only as its bytes
+  // arrive: a header claiming a huge frame costs nothing until the bytes come.
+  if (end_ - begin_ >= sizeof(frame_header) && end_ == cap_) {
     frame_header h;
     std::memcpy(&h, buf_.get() + begin_, sizeof h);
     std::size_t need = sizeof h + pad8(h.size);
     if (h.size <= max_frame_bytes && need > cap_ - begin_) {
-      std::size_t cap = cap_;
-      while (cap < need) cap *= 2;
+      std::size_t cap = std::min(cap_ * 2, std::max(need, cap_));
       std::unique_ptr<std::byte[]> grown(new std::byte[cap]);
       std::memcpy(grown.get(), buf_.get() + begin_, end_ - begin_);
       end_ -= begin_;

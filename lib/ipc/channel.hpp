@@ -66,6 +66,8 @@ class inbox {
   status read_some();
   /// The next complete frame, if any. @throws protocol_error on a malformed header.
   bool next(frame& f);
+  /// Bytes the receive buffer holds room for.
+  std::size_t capacity() const noexcept { return cap_; }
 
  private:
   int fd_ = -1;

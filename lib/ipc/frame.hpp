@@ -21,8 +21,9 @@ struct frame_header {
 };
 static_assert(sizeof(frame_header) == 8);
 
-/// Frames larger than this are malformed (a corrupt or hostile peer).
-inline constexpr std::uint32_t max_frame_bytes = 1u << 30;
+/// Frames larger than this are malformed (a corrupt or hostile peer): values over
+/// 64 KiB never travel inline, so real frames stay far below it.
+inline constexpr std::uint32_t max_frame_bytes = 64u << 20;
 
 constexpr std::size_t pad8(std::size_t n) noexcept { return (n + 7) & ~std::size_t{7}; }
 
