@@ -130,6 +130,29 @@ TEST_P(objects, wrong_use_is_a_clear_error) {
   EXPECT_EQ(manta::get(manta::put(3)), 3);
 }
 
+TEST_P(objects, a_ref_read_as_the_wrong_type_names_both_types) {
+  auto stored = manta::put(7);
+  manta::detail::acquire(stored.node());  // a second count, adopted by `wrong`
+  manta::object_ref<std::string> wrong(stored.node());
+  try {
+    manta::get(wrong);
+    ADD_FAILURE() << "get as the wrong type did not throw";
+  } catch (const manta::usage_error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("string"), std::string::npos) << what;
+    EXPECT_NE(what.find("stored as int"), std::string::npos) << what;
+  }
+  auto big = manta::put(std::vector<double>(100000, 1.0));
+  manta::detail::acquire(big.node());
+  manta::object_ref<std::vector<float>> wrong_view(big.node());
+  EXPECT_THROW(manta::get_view(wrong_view), manta::usage_error);
+  // Nothing else breaks: the object still reads as what it is, and is freed.
+  EXPECT_EQ(manta::get(stored), 7);
+  EXPECT_EQ(manta::get(manta::task(sum_span).remote(big)), 100000.0);
+  wrong = {};
+  wrong_view = {};
+}
+
 TEST(objects_store, a_put_larger_than_the_store_throws_object_store_full) {
   manta::init({.num_workers = 1, .object_store_bytes = 8 << 20});
   EXPECT_THROW(manta::put(std::vector<char>(16 << 20)), manta::object_store_full);

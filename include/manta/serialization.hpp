@@ -122,7 +122,7 @@ void CEREAL_LOAD_FUNCTION_NAME(bounded_input& ar, cereal::SizeTag<T>& t) {
   ar(t.size);
   // Every element takes at least a byte, but for elements of empty types: allow
   // those a bounded slack rather than refuse them.
-  constexpr std::size_t empty_element_slack = 1 << 16;
+  constexpr std::size_t empty_element_slack = 1024;
   if (static_cast<std::uint64_t>(t.size) > ar.remaining() + empty_element_slack)
     throw cereal::Exception("stored size exceeds the value's bytes");
 }
