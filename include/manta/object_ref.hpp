@@ -54,10 +54,33 @@ void check_tag(const object_data& d) {
                       "> refers to an object stored as " + type_name_of_tag(d.type_tag));
 }
 
+/// Holds the pin `fetch` took, so the object stays in memory (not spilled) while
+/// its bytes are read. Copies pin again.
+class fetch_pin {
+ public:
+  fetch_pin() = default;
+  explicit fetch_pin(ref_node* n) noexcept : n_(n) {}  // adopts fetch's pin
+  fetch_pin(const fetch_pin& o) noexcept : n_(o.n_) {
+    if (n_) repin(n_);
+  }
+  fetch_pin(fetch_pin&& o) noexcept : n_(std::exchange(o.n_, nullptr)) {}
+  fetch_pin& operator=(fetch_pin o) noexcept {
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~fetch_pin() {
+    if (n_) unpin(n_);
+  }
+
+ private:
+  ref_node* n_ = nullptr;
+};
+
 template <class T>
 T fetch_value(detail::ref_node* n, deadline until) {
   check_ref(n);
   object_data d = fetch(n, until);
+  fetch_pin pin(n);
   check_tag<T>(d);
   if constexpr (!std::is_void_v<T>) return decode<T>({d.data, d.size});
 }
@@ -148,7 +171,8 @@ template <class T>
 class view {
  public:
   view() = default;
-  view(object_ref<T> ref, detail::object_data d) : ref_(std::move(ref)), data_(d) {
+  view(object_ref<T> ref, detail::fetch_pin pin, detail::object_data d)
+      : ref_(std::move(ref)), pin_(std::move(pin)), data_(d) {
     if constexpr (detail::is_contiguous_raw_v<T>) {
       using E = element_type;
       if (reinterpret_cast<std::uintptr_t>(data_.data) % alignof(E) != 0) {
@@ -213,6 +237,7 @@ class view {
 
  private:
   object_ref<T> ref_;
+  detail::fetch_pin pin_;  // after ref_: unpinned before the ref goes
   detail::object_data data_;
   std::vector<element_type> aligned_;  // only when the stored bytes are misaligned
   std::optional<std::conditional_t<detail::is_contiguous_raw_v<T>, char, T>> value_;
@@ -224,8 +249,9 @@ template <class T>
 view<T> get_view(const object_ref<T>& ref) {
   detail::check_ref(ref.node());
   detail::object_data d = detail::fetch(ref.node(), detail::no_deadline);
+  detail::fetch_pin pin(ref.node());
   detail::check_tag<T>(d);
-  return view<T>(ref, d);
+  return view<T>(ref, std::move(pin), d);
 }
 
 /// Wait until `num_returns` of `refs` are ready (or failed) or `timeout` passes.

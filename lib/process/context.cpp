@@ -97,6 +97,18 @@ object_data fetch(ref_node* n, deadline until) {
   return require_context("get").fetch(n, until);
 }
 
+void repin(ref_node* n) noexcept {
+  context_use use;
+  process::process_context* c = process::current_context();
+  if (c && n->epoch == c->epoch()) c->repin(n);
+}
+
+void unpin(ref_node* n) noexcept {
+  context_use use;
+  process::process_context* c = process::current_context();
+  if (c && n->epoch == c->epoch()) c->unpin(n);  // else its runtime, and the pin, are gone
+}
+
 void wait_nodes(std::span<ref_node* const> nodes, std::size_t num, deadline until,
                 std::vector<bool>& ready) {
   context_use use;

@@ -22,7 +22,11 @@ class process_context {
   virtual void free_extent(const detail::extent& x) noexcept = 0;
   virtual detail::ref_node* put_extent(std::uint64_t tag, const detail::extent& x,
                                        std::size_t size) = 0;
+  /// The object's bytes, pinned in place until `unpin`.
   virtual detail::object_data fetch(detail::ref_node* n, detail::deadline until) = 0;
+  /// One more pin of an object fetched and not yet unpinned.
+  virtual void repin(detail::ref_node*) noexcept {}
+  virtual void unpin(detail::ref_node*) noexcept {}
   virtual void wait(std::span<detail::ref_node* const> nodes, std::size_t num,
                     detail::deadline until, std::vector<bool>& ready) = 0;
   virtual detail::ref_node* ref_from_id(const object_id& id) = 0;

@@ -157,6 +157,7 @@ void node_runtime::actor_host_died(worker_link& w, const std::string& cause) {
   std::vector<task_spec*> calls;
   for (task_spec* t : lost) {
     t->worker = -1;
+    unpin_inputs(*t);
     if (t->mode == detail::call_mode::construct) {
       tasks_.erase(t->key);
       delete t;

@@ -74,6 +74,12 @@ runtime_counters counters() {
   return node ? node->counters() : runtime_counters{};
 }
 
+spill_counters spilling() {
+  if (in_worker()) return {};
+  std::lock_guard lock(lifecycle_mu);
+  return node ? node->spilling() : spill_counters{};
+}
+
 std::size_t object_count() {
   if (in_worker()) return {};
   std::lock_guard lock(lifecycle_mu);

@@ -5,7 +5,7 @@
 namespace manta::runtime {
 
 object_entry::~object_entry() {
-  if (offset != ipc::no_offset && arena) arena->deallocate(offset);
+  if (store) store->forget(this);
   for (auto* c : contained) detail::release(c);
 }
 

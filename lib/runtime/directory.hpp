@@ -14,7 +14,7 @@
 #include <manta/detail/core.hpp>
 
 #include "ipc/protocol.hpp"
-#include "store/arena.hpp"
+#include "runtime/object_store.hpp"
 
 namespace manta::runtime {
 
@@ -42,21 +42,29 @@ struct object_entry final : detail::ref_node {
   // Set once before the entry is sealed, immutable afterwards.
   std::uint64_t type_tag = 0;
   std::uint64_t size = 0;
-  std::uint64_t offset = ipc::no_offset;  ///< arena extent, or inline_bytes
+  bool large = false;  ///< its bytes live in the arena (or the spill file), not inline
   std::string inline_bytes;
   std::unique_ptr<ipc::error_info> error;
   std::vector<detail::ref_node*> contained;  ///< counted refs serialised inside
-  store::arena* arena = nullptr;             ///< owner of the extent; null once it is unmapped
+  object_store* store = nullptr;             ///< owner of the extent; null once it is unmapped
+  // Where a large object's bytes are: moved only by the store, never while pinned.
+  std::uint64_t offset = ipc::no_offset;  ///< arena extent, or no_offset (inline, or spilled)
+  std::uint64_t spill_at = 0;             ///< its range of the spill file, while spilled
+  /// Readers that need the bytes in place, or spilled_mark while they are on disk.
+  std::atomic<std::int32_t> pins{0};
+  std::atomic<std::uint64_t> last_use{0};  ///< when it was last pinned or sealed
   // Guarded by the runtime's scheduler mutex while pending.
   task_spec* producer = nullptr;  ///< the task that will seal it, until it is done
   actor_record* actor = nullptr;   ///< set when this entry is an actor (what handles point to)
   std::vector<task_spec*> dependents;
   std::vector<subscriber> subscribers;
 
+  static constexpr std::int32_t spilled_mark = INT32_MIN;
+
   std::uint32_t status() const noexcept { return state.load(std::memory_order_acquire) & state_mask; }
+  /// Its bytes: for a large object, only while pinned.
   const std::byte* data() const noexcept {
-    return offset == ipc::no_offset ? reinterpret_cast<const std::byte*>(inline_bytes.data())
-                                    : arena->base() + offset;
+    return large ? store->base() + offset : reinterpret_cast<const std::byte*>(inline_bytes.data());
   }
 };
 

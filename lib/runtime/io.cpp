@@ -195,16 +195,20 @@ void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
       auto n = r.get<std::uint32_t>();
       for (std::uint32_t i = 0; i < n; ++i) {
         auto id = r.get<object_id>();
-        if (w.holds.insert(id).second && !dir_.acquire(id)) w.holds.erase(id);
+        if (w.holds.emplace(id, false).second && !dir_.acquire(id)) w.holds.erase(id);
       }
       break;
     }
     case ipc::msg::release: {
       auto n = r.get<std::uint32_t>();
       for (std::uint32_t i = 0; i < n; ++i) {
-        auto id = r.get<object_id>();
-        if (w.holds.erase(id))
-          if (object_entry* e = dir_.find(id)) detail::release(e);
+        auto held = w.holds.find(r.get<object_id>());
+        if (held == w.holds.end()) continue;
+        if (object_entry* e = dir_.find(held->first)) {
+          if (held->second) store_->unpin(e);
+          detail::release(e);
+        }
+        w.holds.erase(held);
       }
       break;
     }
@@ -222,8 +226,13 @@ void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
     case ipc::msg::alloc_request: {
       auto request = r.get<std::uint64_t>();
       auto size = r.get<std::uint64_t>();
-      std::uint64_t off = arena_->allocate(size);
-      if (off != store::no_extent) w.extents[off] = size;
+      std::uint64_t off = store::no_extent;
+      try {
+        off = store_->allocate(size);  // spills cold objects if it must
+        w.extents[off] = size;
+      } catch (const object_store_full& e) {
+        MANTA_DEBUG << e.what();  // the worker's task fails with object_store_full
+      }
       {
         ipc::frame_writer reply(w.out.buffer(), static_cast<std::uint16_t>(ipc::msg::alloc_reply));
         reply.put(request);
@@ -234,7 +243,7 @@ void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
     }
     case ipc::msg::free_alloc: {
       auto off = r.get<std::uint64_t>();
-      if (w.extents.erase(off)) arena_->deallocate(off);
+      if (w.extents.erase(off)) store_->deallocate(off);
       break;
     }
     case ipc::msg::block:
@@ -272,7 +281,7 @@ void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
         if (detail::ref_node* n = find_actor_locked(name, tag)) {
           id = n->id;
           // The worker's hold: one per process, however many handles it makes.
-          if (!w.holds.insert(id).second) detail::release(n);
+          if (!w.holds.emplace(id, false).second) detail::release(n);
         }
       } catch (const usage_error& e) {
         error = e.what();
@@ -328,6 +337,7 @@ void node_runtime::on_task_done(worker_link& w, ipc::frame_reader& r) {
   else if (w.in_flight.back() == t) w.in_flight.pop_back();
   else w.in_flight.erase(std::find(w.in_flight.begin(), w.in_flight.end(), t));
   return_cpu(w, *t);
+  unpin_inputs(*t);
   t->worker = -1;
   if (t->mode == detail::call_mode::construct) {  // an actor's constructor
     std::unique_ptr<task_spec> owned(t);
@@ -391,7 +401,7 @@ void node_runtime::on_submit(worker_link& w, ipc::frame_reader& r) {
     auto id = r.get<object_id>();
     if ((id.hi >> 32) != epoch_) throw ipc::protocol_error("manta: nested task with a foreign id");
     object_entry* e = new_entry(id, 2);  // the worker's ref and the task's hold
-    w.holds.insert(id);
+    w.holds.emplace(id, false);
     dir_.insert(e);
     t->returns.push_back(e);
   }
@@ -439,8 +449,9 @@ void node_runtime::on_put(worker_link& w, ipc::frame_reader& r) {
   std::vector<object_id> contained;
   auto loc = read_value(w, r, contained);
   object_entry* e = new_entry(id, 1);  // the worker's ref
-  w.holds.insert(id);
   seal(e, loc, std::move(contained), &w);
+  store_->pin(e);  // it knows where the bytes lie while it holds them; just sealed, so in place
+  w.holds.emplace(id, true);
   dir_.insert(e);
 }
 
@@ -575,10 +586,13 @@ void node_runtime::on_exited(pid_t pid, int status) {
 }
 
 void node_runtime::close_link(worker_link& w) {
-  for (auto& [off, size] : w.extents) arena_->deallocate(off);
+  for (auto& [off, size] : w.extents) store_->deallocate(off);
   w.extents.clear();
-  for (const auto& id : w.holds)
-    if (object_entry* e = dir_.find(id)) detail::release(e);
+  for (const auto& [id, pinned] : w.holds)
+    if (object_entry* e = dir_.find(id)) {
+      if (pinned) store_->unpin(e);
+      detail::release(e);
+    }
   w.holds.clear();
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, w.out_fd, nullptr);
   ::close(w.out_fd);
@@ -615,6 +629,7 @@ void node_runtime::finalize_death(worker_link& w) {
   for (auto it = lost.rbegin(); it != lost.rend(); ++it) {  // keep their order at the queue front
     task_spec* t = *it;
     return_cpu(w, *t);
+    unpin_inputs(*t);
     t->grant = ipc::no_offset;  // freed with the worker's other extents below
     if (was_running(t->key)) {
       ++t->attempts;

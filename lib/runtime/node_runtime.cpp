@@ -32,6 +32,9 @@
 namespace manta::runtime {
 
 task_spec::~task_spec() {
+  if (inputs_pinned)
+    for (auto* e : deps)
+      if (e->store) e->store->unpin(e);
   for (auto* e : deps) detail::release(e);
   for (auto* e : contained) detail::release(e);
   for (auto* e : returns) detail::release(e);
@@ -80,6 +83,8 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
   // The arena and control block are mapped before the fork so every process inherits them.
   arena_ = std::make_unique<store::arena>(opts.object_store_bytes ? opts.object_store_bytes
                                                                    : store::arena::default_size());
+  store_ = std::make_unique<object_store>(
+      *arena_, (opts.log_dir.empty() ? std::string("/tmp/manta") : opts.log_dir) + "/spill");
   control_ = process::map_control_block();
   ipc::make_pipe(doorbell_, 0);
   ipc::set_nonblocking(doorbell_[0], true);
@@ -190,7 +195,7 @@ void node_runtime::finish_stop() {
   }
   actors_.clear();
   for (auto& w : workers_) {
-    for (const auto& id : w->holds)
+    for (const auto& [id, pinned] : w->holds)
       if (auto* e = dir_.find(id)) detail::release(e);
     w->holds.clear();
     w->in_flight.clear();
@@ -198,7 +203,7 @@ void node_runtime::finish_stop() {
       if (fd >= 0) ::close(fd);
     w->out_fd = w->in_fd = w->stdout_fd = w->stderr_fd = -1;
   }
-  for (auto* e : dir_.take_all()) e->arena = nullptr;  // the arena is unmapped below
+  for (auto* e : dir_.take_all()) e->store = nullptr;  // the arena is unmapped below
   if (zygote_.socket >= 0) ::close(zygote_.socket);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
   for (int& fd : doorbell_)
@@ -207,6 +212,7 @@ void node_runtime::finish_stop() {
   epoll_fd_ = -1;
   process::unmap_control_block(control_);
   control_ = nullptr;
+  store_.reset();  // its spill file goes with it
   arena_.reset();
 }
 
@@ -229,7 +235,7 @@ object_entry* node_runtime::new_entry(const object_id& id, std::int64_t count) {
   e->id = id;
   e->epoch = epoch_;
   e->count.store(count, std::memory_order_relaxed);
-  e->arena = arena_.get();
+  e->store = store_.get();
   return e;
 }
 
@@ -251,17 +257,12 @@ void node_runtime::publish(object_entry* e, std::uint32_t status) {
 
 detail::extent node_runtime::allocate_extent(std::size_t bytes) {
   call_guard guard(*this);
-  std::uint64_t off = arena_->allocate(bytes);
-  if (off == store::no_extent)
-    throw object_store_full("manta: " + std::to_string(bytes) +
-                            " bytes do not fit: the object store has " +
-                            std::to_string(arena_->free_bytes()) + " of " +
-                            std::to_string(arena_->capacity()) + " bytes free");
+  std::uint64_t off = store_->allocate(bytes);  // spills cold objects if it must
   return {off, arena_->base() + off, bytes, epoch_};
 }
 
 void node_runtime::free_extent(const detail::extent& x) noexcept {
-  if (x.epoch == epoch_) arena_->deallocate(x.offset);
+  if (x.epoch == epoch_) store_->deallocate(x.offset);
 }
 
 detail::ref_node* node_runtime::put_extent(std::uint64_t tag, const detail::extent& x,
@@ -273,6 +274,7 @@ detail::ref_node* node_runtime::put_extent(std::uint64_t tag, const detail::exte
   e->type_tag = tag;
   e->size = size;
   e->offset = x.offset;
+  store_->track(e);
   e->state.store(state_ready, std::memory_order_release);
   dir_.insert(e);
   return e;
@@ -295,6 +297,7 @@ detail::ref_node* node_runtime::put(const detail::encoded_value& v) {
     if (!c) throw usage_error("manta: put of a value holding an object_ref that no longer exists");
     e->contained.push_back(c);
   }
+  if (e->offset != ipc::no_offset) store_->track(e.get());
   e->state.store(state_ready, std::memory_order_release);
   dir_.insert(e.get());
   return e.release();
@@ -350,6 +353,7 @@ detail::object_data node_runtime::fetch(detail::ref_node* n, detail::deadline un
       throw timeout_error("manta: get timed out before the object was ready");
   }
   if (e->status() == state_failed) ipc::throw_error(*e->error);
+  store_->pin(e);  // brings it back from the spill file if it is there
   return {e->type_tag, e->data(), e->size};
 }
 

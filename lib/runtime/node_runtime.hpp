@@ -67,6 +67,7 @@ struct task_spec {
   actor_record* actor = nullptr;       ///< method calls and constructors: the actor
   object_entry* actor_entry = nullptr; ///< method calls: the actor's entry (counted)
   std::uint64_t grant = ipc::no_offset;  ///< extent offered for its result, while in flight
+  bool inputs_pinned = false;  ///< its large arguments are kept in the arena (while sent)
 };
 
 /// An actor: its process, its queue of calls, what it holds, how it ends.
@@ -122,7 +123,8 @@ struct worker_link {
   int active_default = 0;  ///< in-flight default tasks (1 CPU) not blocked
   int nondefault = 0;      ///< in-flight tasks with other CPU requests
   bool holds_cpu = false;  ///< the CPU its default tasks share is taken
-  std::unordered_set<object_id> holds;                   ///< objects it holds refs to
+  /// Objects it holds refs to; true once it was told where one lies (which pins it).
+  std::unordered_map<object_id, bool> holds;
   std::unordered_map<std::uint64_t, std::uint64_t> extents;  ///< granted, not yet sealed
   std::uint32_t seen_seq = 0;  ///< its outbox_seq when its pipe was last drained
   actor_record* actor = nullptr;  ///< set when the process hosts an actor
@@ -157,6 +159,8 @@ class node_runtime final : public process::process_context {
   std::vector<int> gpu_ids() override { return {}; }
   std::map<std::string, double> resources(bool available_only) override;
   void release(detail::ref_node* n) noexcept override;
+  void repin(detail::ref_node* n) noexcept override { store_->repin(static_cast<object_entry*>(n)); }
+  void unpin(detail::ref_node* n) noexcept override { store_->unpin(static_cast<object_entry*>(n)); }
   void submit(detail::task_request&& request, detail::ref_node** returns) override;
   std::size_t worker_count() const noexcept override { return pool_size_; }
   std::uint32_t epoch() const noexcept override { return epoch_; }
@@ -169,6 +173,7 @@ class node_runtime final : public process::process_context {
   /// pids of the zygote and live workers (tests and tools).
   std::vector<pid_t> process_ids();
   store::arena& arena() noexcept { return *arena_; }
+  detail::spill_counters spilling() const { return store_->stats(); }
   std::size_t object_count() const { return dir_.size(); }
 
  private:
@@ -220,6 +225,10 @@ class node_runtime final : public process::process_context {
   /// All its tasks wait, and the innermost cannot go on yet: it may run more, nested.
   bool lending(const worker_link& w);
   void send_task(worker_link& w, task_spec& t);
+  /// Keeps the task's large arguments in the arena while it runs, reading spilled
+  /// ones back. @returns why one could not be, if so.
+  std::optional<std::string> pin_inputs(task_spec& t);
+  void unpin_inputs(task_spec& t);
   void seal(object_entry* e, const ipc::value_location& loc, std::vector<object_id> contained,
             worker_link* from);
   void fail_task(task_spec* t, const ipc::error_info& error);
@@ -290,6 +299,7 @@ class node_runtime final : public process::process_context {
   options opts_;
   std::uint32_t epoch_;
   std::unique_ptr<store::arena> arena_;
+  std::unique_ptr<object_store> store_;
   process::control_block* control_ = nullptr;
   process::zygote_handle zygote_;
   directory dir_;

@@ -7,6 +7,7 @@
 #include <sys/epoll.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "observe/log.hpp"
 #include "process/args_blob.hpp"
@@ -189,7 +190,39 @@ void node_runtime::reclaim_cpu(worker_link& w, task_spec& t) {
   }
 }
 
+std::optional<std::string> node_runtime::pin_inputs(task_spec& t) {
+  std::size_t i = 0;
+  try {
+    for (; i < t.deps.size(); ++i) store_->pin(t.deps[i]);
+  } catch (const std::exception& e) {
+    while (i-- > 0) store_->unpin(t.deps[i]);
+    return e.what();
+  }
+  t.inputs_pinned = true;
+  return std::nullopt;
+}
+
+void node_runtime::unpin_inputs(task_spec& t) {
+  if (!std::exchange(t.inputs_pinned, false)) return;
+  for (auto* e : t.deps) store_->unpin(e);
+}
+
 void node_runtime::send_task(worker_link& w, task_spec& t) {
+  if (auto why = pin_inputs(t)) {
+    // A spilled argument finds no room to come back: the call fails, not the node.
+    ipc::error_info err{ipc::error_kind::object_store_full, "manta::object_store_full",
+                        "manta: an argument of '" + t.name() + "' could not be read back: " + *why,
+                        t.name(), {}, 0, 0};
+    if (t.mode == detail::call_mode::construct) {
+      actor_record& a = *t.actor;
+      tasks_.erase(t.key);
+      delete &t;
+      on_constructed(a, &err);
+    } else {
+      fail_task(&t, err);
+    }
+    return;
+  }
   bool was_waiting = w.in_flight.empty() || w.blocked == static_cast<int>(w.in_flight.size());
   take_cpu(w, t);
   t.worker = w.slot;
@@ -209,7 +242,7 @@ void node_runtime::send_task(worker_link& w, task_spec& t) {
     if (t.num_returns == 1) {
       auto it = stats_.find(stats_key(t));
       if (it != stats_.end() && it->second.result_bytes > detail::max_inline_bytes) {
-        std::uint64_t off = arena_->allocate(it->second.result_bytes);
+        std::uint64_t off = store_->try_allocate(it->second.result_bytes);  // never spills for it
         if (off != store::no_extent) {
           t.grant = off;
           grant_size = it->second.result_bytes;
@@ -271,15 +304,31 @@ void node_runtime::notify(const subscriber& s, object_entry* e) {
   if (s.slot < 0 || s.slot >= slots_in_use_.load()) return;
   worker_link& w = *workers_[s.slot];
   if (w.generation != s.generation || w.st != worker_link::state::alive) return;
+  std::unique_ptr<ipc::error_info> unavailable;
+  if (e->status() == state_ready) {
+    // The worker keeps where it lies while it holds the object: pin it for that
+    // long. One it no longer holds needs no answer (holding it again, it asks again).
+    auto held = w.holds.find(e->id);
+    if (held == w.holds.end()) return;
+    if (!held->second) {
+      try {
+        store_->pin(e);
+        held->second = true;
+      } catch (const std::exception& x) {
+        unavailable = std::make_unique<ipc::error_info>(ipc::error_info{
+            ipc::error_kind::object_store_full, "manta::object_store_full", x.what(), {}, {}, 0, 0});
+      }
+    }
+  }
   {
     ipc::frame_writer f(w.out.buffer(), static_cast<std::uint16_t>(ipc::msg::object_ready));
     f.put(e->id);
-    if (e->status() == state_ready) {
+    if (e->status() == state_ready && !unavailable) {
       f.put(std::uint8_t{1});
       ipc::write_location(f, e->type_tag, e->size, e->offset, e->inline_bytes.data());
     } else {
       f.put(std::uint8_t{2});
-      ipc::write_error(f, *e->error);
+      ipc::write_error(f, unavailable ? *unavailable : *e->error);
     }
   }
   mark_dirty(w, true);
@@ -294,6 +343,7 @@ void node_runtime::seal(object_entry* e, const ipc::value_location& loc,
   } else {
     e->offset = loc.offset;
     if (from) from->extents.erase(loc.offset);
+    store_->track(e);
   }
   for (const auto& id : contained)
     if (object_entry* c = dir_.acquire(id)) e->contained.push_back(c);
@@ -348,7 +398,7 @@ void node_runtime::finish_task(task_spec* t) {
 void node_runtime::drop_grant(worker_link& w, task_spec& t) {
   if (t.grant == ipc::no_offset) return;
   // Unless its result adopted it (seal erased it from extents), give it back.
-  if (w.extents.erase(t.grant)) arena_->deallocate(t.grant);
+  if (w.extents.erase(t.grant)) store_->deallocate(t.grant);
   t.grant = ipc::no_offset;
 }
 

@@ -56,7 +56,7 @@ struct encoded_value {
   const void* data() const noexcept { return borrowed ? borrowed : owned.data(); }
 };
 
-/// A sealed object's bytes as seen by this process; valid while a ref is held.
+/// A sealed object's bytes as seen by this process; valid while pinned (see fetch).
 struct object_data {
   std::uint64_t type_tag = 0;
   const std::byte* data = nullptr;
@@ -97,9 +97,14 @@ ref_node* put_extent(std::uint64_t tag, const extent& x, std::size_t size);
 /// @throws usage_error without a runtime; object_store_full when it cannot fit.
 ref_node* put_value(const encoded_value& v);
 
-/// Wait until the object is sealed and return its bytes; rethrows its failure.
-/// @throws task_error, worker_crashed_error, timeout_error, usage_error
+/// Wait until the object is sealed and return its bytes, pinned in memory (not
+/// spilled) until `unpin`; rethrows its failure (then nothing is pinned).
+/// @throws task_error, worker_crashed_error, timeout_error, usage_error,
+/// object_store_full (a spilled object finds no room to come back)
 object_data fetch(ref_node* n, deadline until);
+/// One more pin of an object this caller fetched and has not unpinned.
+void repin(ref_node* n) noexcept;
+void unpin(ref_node* n) noexcept;
 
 /// Wait until `num` of `nodes` are sealed (or failed) or `until` passes; sets ready[i].
 void wait_nodes(std::span<ref_node* const> nodes, std::size_t num, deadline until,

@@ -24,4 +24,13 @@ struct runtime_counters {
 };
 runtime_counters counters();
 
+/// What spilling has done since init.
+struct spill_counters {
+  std::uint64_t spilled = 0;      ///< objects written to the spill file
+  std::uint64_t restored = 0;     ///< objects read back into the arena
+  std::uint64_t spilled_now = 0;  ///< objects in the spill file now
+  std::uint64_t disk_bytes = 0;   ///< bytes the spill file occupies on disk now
+};
+spill_counters spilling();
+
 }  // namespace manta::detail

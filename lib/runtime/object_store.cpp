@@ -1,0 +1,136 @@
+// runtime/object_store.cpp: spilling and restoring. A pin is a lock-free count
+// on the entry; the store takes an object out of the arena only by swapping a
+// count of zero for spilled_mark, so an object somebody reads never moves.
+#include "runtime/object_store.hpp"
+
+#include <algorithm>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <manta/errors.hpp>
+
+#include "runtime/directory.hpp"
+
+namespace manta::runtime {
+
+object_store::object_store(store::arena& arena, std::string spill_dir)
+    : arena_(arena), file_(std::move(spill_dir)) {}
+
+std::uint64_t object_store::allocate(std::size_t size) {
+  std::uint64_t off = arena_.allocate(size);
+  if (off != store::no_extent) return off;
+  std::lock_guard lock(mu_);
+  return allocate_locked(size);
+}
+
+std::uint64_t object_store::allocate_locked(std::size_t size) {
+  std::uint64_t off = arena_.allocate(size);
+  if (off != store::no_extent) return off;
+  std::string spill_failure;
+  if (size <= arena_.capacity()) {
+    // Least recently used first, among the objects nobody reads now.
+    std::vector<std::pair<std::uint64_t, object_entry*>> cold;
+    for (object_entry* e : resident_)
+      if (e->pins.load(std::memory_order_relaxed) == 0)
+        cold.emplace_back(e->last_use.load(std::memory_order_relaxed), e);
+    std::sort(cold.begin(), cold.end());
+    for (auto& [use, e] : cold) {
+      std::int32_t unpinned = 0;
+      if (!e->pins.compare_exchange_strong(unpinned, object_entry::spilled_mark,
+                                           std::memory_order_acq_rel))
+        continue;  // pinned meanwhile
+      try {
+        e->spill_at = file_.write(arena_.base() + e->offset, e->size);
+      } catch (const std::system_error& x) {
+        // A full disk fails this allocation now rather than retrying.
+        e->pins.store(0, std::memory_order_release);
+        spill_failure = x.what();
+        break;
+      }
+      arena_.deallocate(std::exchange(e->offset, ipc::no_offset));
+      resident_.erase(e);
+      ++spilled_;
+      ++spilled_now_;
+      off = arena_.allocate(size);
+      if (off != store::no_extent) return off;
+    }
+  }
+  std::uint64_t pinned = 0;
+  for (object_entry* e : resident_)
+    if (e->pins.load(std::memory_order_relaxed) > 0) pinned += e->size;
+  std::string msg = "manta: " + std::to_string(size) + " bytes do not fit in the object store (" +
+                    std::to_string(arena_.free_bytes()) + " of " +
+                    std::to_string(arena_.capacity()) + " bytes free, " + std::to_string(pinned) +
+                    " bytes held by readers)";
+  msg += spill_failure.empty() ? " and nothing more can be spilled"
+                               : "; spilling failed: " + spill_failure;
+  throw object_store_full(msg);
+}
+
+void object_store::track(object_entry* e) {
+  e->large = true;
+  e->last_use.store(clock_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  std::lock_guard lock(mu_);
+  resident_.insert(e);
+}
+
+void object_store::forget(object_entry* e) noexcept {
+  if (!e->large) {
+    // An extent never sealed (a put that failed part way) goes straight back.
+    if (e->offset != ipc::no_offset) arena_.deallocate(e->offset);
+    return;
+  }
+  std::lock_guard lock(mu_);
+  if (e->pins.load(std::memory_order_acquire) == object_entry::spilled_mark) {
+    file_.release(e->spill_at, e->size);
+    --spilled_now_;
+  } else {
+    resident_.erase(e);
+    arena_.deallocate(e->offset);
+  }
+}
+
+void object_store::pin(object_entry* e) {
+  if (!e->large) return;
+  e->last_use.store(clock_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  std::int32_t p = e->pins.load(std::memory_order_acquire);
+  while (p >= 0)
+    if (e->pins.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) return;
+  restore(e);
+}
+
+void object_store::restore(object_entry* e) {
+  std::lock_guard lock(mu_);
+  std::int32_t p = e->pins.load(std::memory_order_acquire);
+  while (p >= 0)  // another reader brought it back meanwhile
+    if (e->pins.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) return;
+  std::uint64_t off = allocate_locked(e->size);
+  try {
+    file_.read(e->spill_at, arena_.base() + off, e->size);
+  } catch (const std::system_error& x) {
+    arena_.deallocate(off);
+    throw error(std::string("manta: a spilled object could not be restored: ") + x.what());
+  }
+  file_.release(e->spill_at, e->size);
+  --spilled_now_;
+  ++restored_;
+  e->offset = off;
+  resident_.insert(e);
+  e->pins.store(1, std::memory_order_release);
+}
+
+void object_store::repin(object_entry* e) noexcept {
+  if (e->large) e->pins.fetch_add(1, std::memory_order_acq_rel);
+}
+
+void object_store::unpin(object_entry* e) noexcept {
+  if (e->large) e->pins.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+detail::spill_counters object_store::stats() const {
+  std::lock_guard lock(mu_);
+  return {spilled_, restored_, spilled_now_, file_.disk_bytes()};
+}
+
+}  // namespace manta::runtime

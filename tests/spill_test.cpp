@@ -1,0 +1,216 @@
+// spill_test: a full arena writes objects nobody reads to the spill file and
+// brings them back on get, get_view and task input; what cannot be made room for
+// is a clear object_store_full, and nothing else breaks; spilled bytes leave the
+// disk when their objects go, and no file is ever visible in log_dir.
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <filesystem>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+using manta::testing::runtime_fixture;
+using manta::testing::temp_path;
+namespace fs = std::filesystem;
+
+constexpr std::size_t arena_bytes = 32 << 20;
+constexpr std::size_t mib4 = (4 << 20) / sizeof(double);  // doubles in 4 MiB
+
+std::vector<double> block(double v, std::size_t n = mib4) { return std::vector<double>(n, v); }
+double sum_span(std::span<const double> xs) { return std::accumulate(xs.begin(), xs.end(), 0.0); }
+double sum_through_refs(std::vector<manta::object_ref<std::vector<double>>> refs) {
+  double s = 0;
+  for (auto& r : refs) s += sum_span(manta::get_view(r).span());
+  return s;
+}
+std::vector<double> make_block(double v, std::size_t n) { return block(v, n); }
+MANTA_REMOTE(sum_span, sum_through_refs, make_block);
+
+using block_ref = manta::object_ref<std::vector<double>>;
+
+class spilling : public runtime_fixture {
+ protected:
+  void SetUp() override {
+    fs::remove_all(dir_);
+    start(2, {.object_store_bytes = arena_bytes, .log_dir = dir_});
+  }
+  void TearDown() override {
+    runtime_fixture::TearDown();
+    EXPECT_TRUE(visible_files().empty()) << visible_files().front();
+    fs::remove_all(dir_);
+  }
+  /// Files anyone could see under log_dir: the spill file never has a name there.
+  std::vector<std::string> visible_files() const {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir_, ec); !ec && it != fs::end(it);
+         it.increment(ec))
+      if (it->is_regular_file()) out.push_back(it->path());
+    return out;
+  }
+  std::vector<block_ref> put_blocks(int n) {
+    std::vector<block_ref> refs;
+    for (int i = 0; i < n; ++i) refs.push_back(manta::put(block(i)));
+    return refs;
+  }
+  const std::string dir_ = temp_path("spill");
+};
+
+TEST_F(spilling, puts_beyond_the_arena_spill_and_come_back_on_get) {
+  auto refs = put_blocks(20);  // 80 MiB into 32
+  auto s = manta::detail::spilling();
+  EXPECT_GE(s.spilled, 12u);
+  EXPECT_GT(s.disk_bytes, 0u);
+  EXPECT_LE(manta::detail::arena_used_bytes(), arena_bytes);
+  EXPECT_TRUE(visible_files().empty());
+  for (int i = 0; i < 20; ++i) {
+    auto v = manta::get(refs[i]);
+    ASSERT_EQ(v.size(), mib4);
+    EXPECT_EQ(v.front(), i);
+    EXPECT_EQ(v.back(), i);
+  }
+  for (int i = 19; i >= 0; --i) EXPECT_EQ(manta::get_view(refs[i])[12345], i);
+  EXPECT_GT(manta::detail::spilling().restored, 0u);
+}
+
+TEST_F(spilling, tasks_read_spilled_arguments_and_refs) {
+  auto refs = put_blocks(20);
+  std::vector<manta::object_ref<double>> spans, through_refs;
+  for (int i = 0; i < 20; ++i) {
+    spans.push_back(manta::task(sum_span).remote(refs[i]));
+    through_refs.push_back(manta::task(sum_through_refs).remote(std::vector<block_ref>{refs[i]}));
+  }
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(manta::get(spans[i], std::chrono::seconds(30)), double(i) * mib4);
+    EXPECT_EQ(manta::get(through_refs[i], std::chrono::seconds(30)), double(i) * mib4);
+  }
+}
+
+TEST_F(spilling, task_results_make_room_by_spilling) {
+  std::vector<block_ref> made;
+  for (int i = 0; i < 20; ++i) made.push_back(manta::task(make_block).remote(double(i), mib4));
+  for (int i = 0; i < 20; ++i) {
+    auto v = manta::get(made[i], std::chrono::seconds(30));
+    EXPECT_EQ(v.size(), mib4);
+    EXPECT_EQ(v[99], i);
+  }
+  EXPECT_GT(manta::detail::spilling().spilled, 0u);
+}
+
+TEST_F(spilling, the_least_recently_used_object_goes_first) {
+  auto refs = put_blocks(6);  // 24 MiB: no spill yet
+  ASSERT_EQ(manta::detail::spilling().spilled, 0u);
+  EXPECT_EQ(manta::get_view(refs[0])[0], 0);  // the oldest, used again
+  auto more = put_blocks(3);
+  ASSERT_GT(manta::detail::spilling().spilled, 0u);
+  auto restored = manta::detail::spilling().restored;
+  EXPECT_EQ(manta::get(refs[0])[0], 0);
+  EXPECT_EQ(manta::detail::spilling().restored, restored);  // it stayed in memory
+  EXPECT_EQ(manta::get(refs[1])[0], 1);
+  EXPECT_EQ(manta::detail::spilling().restored, restored + 1);  // it went first
+}
+
+TEST_F(spilling, viewed_objects_stay_and_a_full_store_is_a_clear_error) {
+  constexpr std::size_t mib8 = 2 * mib4;
+  std::vector<block_ref> pinned;
+  std::vector<manta::view<std::vector<double>>> views;
+  for (int i = 0; i < 3; ++i) {
+    pinned.push_back(manta::put(block(i, mib8)));
+    views.push_back(manta::get_view(pinned.back()));
+  }
+  const double* where = views[0].data();
+  auto others = put_blocks(10);  // each spills another: never a viewed one
+  EXPECT_EQ(views[0].data(), where);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(views[i][mib8 - 1], i);
+
+  // 24 MiB held by views: 12 MiB cannot fit, whatever is spilled.
+  try {
+    manta::put(block(7, 3 * mib4));
+    ADD_FAILURE() << "a put that cannot fit did not throw";
+  } catch (const manta::object_store_full& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find(std::to_string(3 * (4 << 20))), std::string::npos) << what;
+    EXPECT_NE(what.find("held by readers"), std::string::npos) << what;
+  }
+  // Larger than the whole arena: refused without spilling anything.
+  auto spilled = manta::detail::spilling().spilled;
+  EXPECT_THROW(manta::put(block(0, arena_bytes / sizeof(double) + 1)), manta::object_store_full);
+  EXPECT_EQ(manta::detail::spilling().spilled, spilled);
+  // A task whose result cannot fit fails with the same error.
+  EXPECT_THROW(manta::get(manta::task(make_block).remote(1.0, 3 * mib4), std::chrono::seconds(30)),
+               manta::object_store_full);
+
+  // Nothing else broke: every object reads back, and once the views go there is room.
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(manta::get(others[i])[5], i);
+  views.clear();
+  EXPECT_EQ(manta::get(manta::put(block(7, 3 * mib4)))[0], 7);
+  EXPECT_EQ(manta::get(manta::task(sum_span).remote(pinned[2])), 2.0 * mib8);
+}
+
+TEST_F(spilling, spilled_bytes_leave_the_disk_with_their_objects) {
+  auto used = manta::detail::arena_used_bytes();
+  {
+    auto refs = put_blocks(20);
+    ASSERT_GT(manta::detail::spilling().spilled_now, 0u);
+    ASSERT_GT(manta::detail::spilling().disk_bytes, 0u);
+    // Some go while spilled, some after being read back.
+    for (int i = 0; i < 20; i += 3) EXPECT_EQ(manta::get(refs[i])[1], i);
+  }
+  auto s = manta::detail::spilling();
+  EXPECT_EQ(s.spilled_now, 0u);
+  EXPECT_EQ(s.disk_bytes, 0u);
+  EXPECT_EQ(manta::detail::arena_used_bytes(), used);
+  EXPECT_EQ(manta::detail::object_count(), 0u);
+}
+
+TEST_F(spilling, a_full_disk_fails_the_put_that_needed_room_and_nothing_else) {
+  // The file size limit stands in for a full disk: writes past it fail (EFBIG).
+  ::signal(SIGXFSZ, SIG_IGN);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  rlimit small{6 << 20, old.rlim_max};
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::vector<block_ref> refs;
+  std::string error;
+  for (int i = 0; i < 20 && error.empty(); ++i) {
+    try {
+      refs.push_back(manta::put(block(i)));
+    } catch (const manta::object_store_full& e) {
+      error = e.what();
+    }
+  }
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  ::signal(SIGXFSZ, SIG_DFL);
+  ASSERT_FALSE(error.empty()) << "no put failed with the disk full";
+  EXPECT_NE(error.find("spilling failed"), std::string::npos) << error;
+  EXPECT_NE(error.find("File too large"), std::string::npos) << error;
+  // What was stored before is intact, spilled or not, and spilling works again.
+  for (std::size_t i = 0; i < refs.size(); ++i) EXPECT_EQ(manta::get(refs[i])[3], double(i));
+  auto more = put_blocks(10);
+  EXPECT_EQ(manta::get(more[9])[0], 9);
+}
+
+TEST_F(spilling, threads_putting_and_reading_under_pressure_do_not_deadlock) {
+  auto work = [](int seed) {
+    std::vector<block_ref> mine;
+    for (int i = 0; i < 30; ++i) {
+      mine.push_back(manta::put(block(seed * 100 + i, mib4 / 2)));
+      const auto& old = mine[static_cast<std::size_t>(i * 7 % (i + 1))];
+      auto v = manta::get_view(old);
+      EXPECT_EQ(v[0], v[mib4 / 2 - 1]);
+      EXPECT_EQ(manta::get(manta::task(sum_span).remote(old), std::chrono::seconds(30)),
+                v[0] * (mib4 / 2));
+    }
+  };
+  std::thread a(work, 1), b(work, 2);
+  a.join();
+  b.join();
+  EXPECT_GT(manta::detail::spilling().spilled, 0u);
+}
+
+}  // namespace
