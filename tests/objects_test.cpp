@@ -27,7 +27,21 @@ double sum_of_refs(std::vector<manta::object_ref<std::vector<double>>> refs) {
   for (auto& r : refs) s += sum_span(manta::get_view(r).span());
   return s;
 }
-MANTA_REMOTE(sum_span, address_of, filled, slow_value, put_inside, sum_of_refs);
+/// Refuses to be serialised at run time, as cereal does for, say, an unregistered
+/// polymorphic type.
+struct refuses {
+  int x = 0;
+  template <class A>
+  void save(A&) const {
+    throw cereal::Exception("this value refuses to be saved");
+  }
+  template <class A>
+  void load(A&) {}
+};
+refuses make_refuses(int x) { return {x}; }
+int read_refuses(refuses r) { return r.x; }
+MANTA_REMOTE(sum_span, address_of, filled, slow_value, put_inside, sum_of_refs, make_refuses,
+             read_refuses);
 
 class objects : public runtime_per_workers {};
 INSTANTIATE_TEST_SUITE_P(workers, objects, ::testing::Values(1, 2, 4));
@@ -128,6 +142,29 @@ TEST_P(objects, wrong_use_is_a_clear_error) {
   EXPECT_THROW(manta::get(empty), manta::usage_error);
   // The runtime keeps working.
   EXPECT_EQ(manta::get(manta::put(3)), 3);
+}
+
+TEST_P(objects, a_value_cereal_cannot_serialise_fails_the_call_that_stores_it) {
+  try {
+    manta::put(refuses{1});
+    ADD_FAILURE() << "put did not throw";
+  } catch (const manta::usage_error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("refuses"), std::string::npos) << what;
+    EXPECT_NE(what.find("cannot be serialised"), std::string::npos) << what;
+  }
+  EXPECT_THROW(manta::task(read_refuses).remote(refuses{2}), manta::usage_error);
+  // As a task's result: that task fails, naming the type; nothing else does.
+  auto r = manta::task(make_refuses).remote(3);
+  try {
+    manta::get(r, std::chrono::seconds(30));
+    ADD_FAILURE() << "get of an unserialisable result did not throw";
+  } catch (const manta::error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be serialised"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(manta::get(manta::put(4)), 4);
+  EXPECT_EQ(manta::get(manta::task(slow_value).remote(1), std::chrono::seconds(30)), 1);
+  EXPECT_EQ(manta::detail::object_count(), 1u);  // r
 }
 
 TEST_P(objects, a_ref_read_as_the_wrong_type_names_both_types) {

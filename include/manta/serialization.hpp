@@ -149,12 +149,18 @@ encoded_value encode(const T& value) {
     e.borrowed = value.data();
     e.size = value.size() * sizeof(*value.data());
   } else {
+    static_assert(cereal::traits::is_output_serializable<T, cereal::BinaryOutputArchive>::value,
+                  "manta: this type cannot be stored: give it a cereal serialize() member (or "
+                  "save/load, or free functions), or use a raw type");
     ref_collector collect(e.contained);
     string_sink sink(e.owned);
     std::ostream os(&sink);
-    {
+    try {
       cereal::BinaryOutputArchive archive(os);
       archive(value);
+    } catch (const cereal::Exception& x) {
+      throw usage_error("manta: a value of type " + type_name_of_tag(e.type_tag) +
+                        " cannot be serialised: " + x.what());
     }
     e.size = e.owned.size();
   }
