@@ -22,6 +22,10 @@ namespace {
 int identity(int x) { return x; }
 long inc(long x) { return x + 1; }
 double sum_span(std::span<const double> xs) { return std::accumulate(xs.begin(), xs.end(), 0.0); }
+/// steady_clock now, in µs (the same clock in every process of the node).
+double now_us(int) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 using manta_bench::moving_average_rows;
 using manta_bench::n;
@@ -31,7 +35,7 @@ manta::buffer<double> moving_average_block(std::span<const double> m, int first,
   moving_average_rows(m.data(), first, rows, out.data());
   return out;
 }
-MANTA_REMOTE(identity, inc, sum_span, moving_average_block);
+MANTA_REMOTE(identity, inc, sum_span, now_us, moving_average_block);
 
 void ensure_runtime() {
   if (!manta::is_initialized()) manta::init({.num_workers = 2});
@@ -99,6 +103,44 @@ void tasks_in_bulk(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * count);
 }
 BENCHMARK(tasks_in_bulk)->Arg(100000)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+// ---- tasks submitting tasks
+
+/// Submits `count` children from inside a task, then gathers them.
+long fan_out(int count) {
+  std::vector<manta::object_ref<int>> refs;
+  refs.reserve(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) refs.push_back(manta::task(identity).remote(i));
+  long s = 0;
+  for (auto& r : refs) s += manta::get(r);
+  return s;
+}
+/// How long a child takes to start while its parent keeps computing (spins).
+double child_start_us() {
+  auto t0 = std::chrono::steady_clock::now();
+  auto child = manta::task(now_us).remote(0);
+  // Busy for 2 ms without calling manta, as a parent doing its own share would.
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(2)) {
+  }
+  return manta::get(child) - std::chrono::duration<double, std::micro>(t0.time_since_epoch()).count();
+}
+MANTA_REMOTE(fan_out, child_start_us);
+
+void nested_fan_out(benchmark::State& state) {
+  ensure_runtime();
+  const int count = static_cast<int>(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(manta::get(manta::task(fan_out).remote(count)));
+  state.SetItemsProcessed(state.iterations() * count);
+}
+BENCHMARK(nested_fan_out)->Arg(10000)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+void nested_child_start(benchmark::State& state) {
+  ensure_runtime();
+  double total = 0;
+  for (auto _ : state) total += manta::get(manta::task(child_start_us).remote());
+  state.counters["child_start_us"] = total / static_cast<double>(state.iterations());
+}
+BENCHMARK(nested_child_start)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // ---- objects
 

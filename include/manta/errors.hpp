@@ -78,6 +78,12 @@ class worker_crashed_error : public error {
   int pid_, signal_;
 };
 
+/// The task was cancelled with manta::cancel, or depended on one that was.
+class task_cancelled_error : public error {
+ public:
+  using error::error;
+};
+
 /// The actor a call was sent to is gone (killed, crashed past max_restarts, or its constructor threw).
 class actor_died_error : public error {
  public:

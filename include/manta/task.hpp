@@ -155,4 +155,18 @@ task_builder<1, R, P...> task(R (*f)(P...) noexcept) {
   return task_builder<1, R, P...>(static_cast<R (*)(P...)>(f));
 }
 
+/// Cancel the task whose result `ref` is: if it has not started it never runs; if
+/// it runs in a pool worker, that process is killed and replaced (the other tasks
+/// it held are retried, not charged a retry). Its results, and those of every task
+/// depending on them, then fail with task_cancelled_error. No effect on a task that
+/// has finished, on a value from `put`, or on an actor method its actor already
+/// runs (a method is never interrupted: its actor would lose its state).
+/// Callable from the driver and from tasks; from a task it takes effect shortly after.
+/// @throws usage_error for an empty ref
+template <class T>
+void cancel(const object_ref<T>& ref) {
+  if (!ref.valid()) throw usage_error("manta: cancel of an empty object_ref");
+  detail::cancel_producer(ref.node());
+}
+
 }  // namespace manta

@@ -18,7 +18,7 @@ void write_error(frame_writer& w, const error_info& e) {
 error_info read_error(frame_reader& r) {
   error_info e;
   auto kind = r.get<std::uint8_t>();
-  if (kind > static_cast<std::uint8_t>(error_kind::usage)) throw protocol_error("manta: bad error kind");
+  if (kind > static_cast<std::uint8_t>(error_kind::cancelled)) throw protocol_error("manta: bad error kind");
   e.kind = static_cast<error_kind>(kind);
   e.pid = r.get<std::int32_t>();
   e.signal = r.get<std::int32_t>();
@@ -42,6 +42,8 @@ void throw_error(const error_info& e) {
       throw object_store_full(e.message);
     case error_kind::usage:
       throw usage_error(e.message);
+    case error_kind::cancelled:
+      throw task_cancelled_error(e.message + (e.chain.empty() ? "" : " (via " + e.chain + ")"));
   }
   throw error(e.message);
 }

@@ -30,6 +30,7 @@ enum class msg : std::uint16_t {
   find_actor = 26,     ///< the actor with this name (get_actor)
   kill_actor = 27,     ///< end this actor
   resources_request = 28,  ///< the node's resources (available or total)
+  cancel = 29,             ///< cancel the tasks producing these objects
 };
 
 enum class error_kind : std::uint8_t {
@@ -38,6 +39,7 @@ enum class error_kind : std::uint8_t {
   actor_died = 2,
   object_store_full = 3,
   usage = 4,
+  cancelled = 5,
 };
 
 /// A failure stored in place of an object's value.

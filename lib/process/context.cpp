@@ -135,6 +135,11 @@ void kill_actor(ref_node* node) {
   require_context("kill").kill_actor(node);
 }
 
+void cancel_producer(ref_node* node) {
+  context_use use;
+  require_context("cancel").cancel_producer(node);
+}
+
 std::vector<int> current_gpu_ids() {
   context_use use;
   process::process_context* c = process::current_context();

@@ -35,6 +35,7 @@ class process_context {
   virtual void submit(detail::task_request&& request, detail::ref_node** returns) = 0;
   virtual detail::ref_node* find_actor(const std::string& name, std::uint64_t class_tag) = 0;
   virtual void kill_actor(detail::ref_node* node) = 0;
+  virtual void cancel_producer(detail::ref_node* node) = 0;
   virtual std::vector<int> gpu_ids() = 0;
   virtual std::map<std::string, double> resources(bool available_only) = 0;
   virtual std::size_t worker_count() const noexcept = 0;

@@ -301,6 +301,9 @@ class worker_runtime final : public process_context {
     r.deps.clear();
     detail::release(std::exchange(r.actor, nullptr));
     for (std::size_t i = 0; i < outs.size(); ++i) returns[i] = outs[i];
+    // Sent now: the caller may compute for a long time before it next calls manta,
+    // and its children should run meanwhile.
+    flush();
   }
 
   ref_node* find_actor(const std::string& name, std::uint64_t class_tag) override {
@@ -325,6 +328,12 @@ class worker_runtime final : public process_context {
   void kill_actor(ref_node* node) override {
     std::lock_guard lock(mu_);
     send_ids(msg::kill_actor, {checked(node)->id});
+    flush();
+  }
+
+  void cancel_producer(ref_node* node) override {
+    std::lock_guard lock(mu_);
+    send_ids(msg::cancel, {checked(node)->id});
     flush();
   }
 

@@ -295,6 +295,14 @@ void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
       mark_dirty(w, true);
       break;
     }
+    case ipc::msg::cancel: {
+      auto n = r.get<std::uint32_t>();
+      for (std::uint32_t i = 0; i < n; ++i)
+        if (object_entry* e = dir_.find(r.get<object_id>()); e && e->producer)
+          cancel_task(e->producer);
+      dispatch();
+      break;
+    }
     case ipc::msg::kill_actor: {
       auto n = r.get<std::uint32_t>();
       for (std::uint32_t i = 0; i < n; ++i)
@@ -339,6 +347,11 @@ void node_runtime::on_task_done(worker_link& w, ipc::frame_reader& r) {
   return_cpu(w, *t);
   unpin_inputs(*t);
   t->worker = -1;
+  if (t->cancelled) {  // finished before its process was killed: its results failed already
+    drop_grant(w, *t);  // an extent it asked for is freed with the process's others
+    finish_task(t);
+    return;
+  }
   if (t->mode == detail::call_mode::construct) {  // an actor's constructor
     std::unique_ptr<task_spec> owned(t);
     tasks_.erase(t->key);
@@ -554,7 +567,7 @@ void node_runtime::on_spawned(const process::zygote_reply& r, std::vector<int>& 
   w.out = ipc::outbox(w.out_fd, {&control_->slots[r.slot].inbox_seq});
   w.seen_seq = control_->slots[r.slot].outbox_seq.load(std::memory_order_acquire);
   w.in = ipc::inbox(w.in_fd);
-  w.input_closed = w.exited = w.dirty = w.write_armed = false;
+  w.input_closed = w.exited = w.dirty = w.write_armed = w.killed_to_cancel = false;
   w.in_flight.clear();
   w.blocked = w.active_default = w.nondefault = 0;
   w.awaiting.clear();
@@ -631,7 +644,12 @@ void node_runtime::finalize_death(worker_link& w) {
     return_cpu(w, *t);
     unpin_inputs(*t);
     t->grant = ipc::no_offset;  // freed with the worker's other extents below
-    if (was_running(t->key)) {
+    if (t->cancelled) {  // its results failed when it was cancelled
+      finish_task(t);
+      continue;
+    }
+    // Killed to cancel another task, the process did not fail the ones it ran.
+    if (was_running(t->key) && !w.killed_to_cancel) {
       ++t->attempts;
       if (t->options.max_retries >= 0 && t->attempts > t->options.max_retries) {
         int sig = WIFSIGNALED(w.exit_status) ? WTERMSIG(w.exit_status) : 0;

@@ -469,15 +469,28 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   take_submissions();
 }
 
+void node_runtime::cancel_producer(detail::ref_node* node) {
+  call_guard guard(*this);
+  object_entry* e = checked(node);
+  scheduler_lock lock(*this);
+  register_submissions();  // the task may have been submitted just now
+  if (e->producer) cancel_task(e->producer);
+  dispatch();
+}
+
+void node_runtime::register_submissions() {
+  task_spec* t = nullptr;
+  while (submissions_.try_pop(t)) {
+    tasks_.emplace(t->key, t);
+    register_task(t);
+  }
+}
+
 void node_runtime::take_submissions() {
   while (!submissions_.empty() || !retired_.empty()) {
     std::unique_lock lock(mu_, std::try_to_lock);
     if (!lock) return;  // the holder takes them when it lets go
-    task_spec* t = nullptr;
-    while (submissions_.try_pop(t)) {
-      tasks_.emplace(t->key, t);
-      register_task(t);
-    }
+    register_submissions();
     retire_actors();
   }
 }

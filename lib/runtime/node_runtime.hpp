@@ -68,6 +68,7 @@ struct task_spec {
   object_entry* actor_entry = nullptr; ///< method calls: the actor's entry (counted)
   std::uint64_t grant = ipc::no_offset;  ///< extent offered for its result, while in flight
   bool inputs_pinned = false;  ///< its large arguments are kept in the arena (while sent)
+  bool cancelled = false;  ///< cancelled while in flight: its results already failed
 };
 
 /// An actor: its process, its queue of calls, what it holds, how it ends.
@@ -129,6 +130,7 @@ struct worker_link {
   std::uint32_t seen_seq = 0;  ///< its outbox_seq when its pipe was last drained
   actor_record* actor = nullptr;  ///< set when the process hosts an actor
   bool input_closed = false, exited = false;
+  bool killed_to_cancel = false;  ///< its death retries the other tasks without charging them
   int exit_status = 0;
   bool dirty = false, write_armed = false;
 };
@@ -156,6 +158,7 @@ class node_runtime final : public process::process_context {
   detail::ref_node* ref_from_id(const object_id& id) override;
   detail::ref_node* find_actor(const std::string& name, std::uint64_t class_tag) override;
   void kill_actor(detail::ref_node* node) override;
+  void cancel_producer(detail::ref_node* node) override;
   std::vector<int> gpu_ids() override { return {}; }
   std::map<std::string, double> resources(bool available_only) override;
   void release(detail::ref_node* n) noexcept override;
@@ -217,7 +220,11 @@ class node_runtime final : public process::process_context {
   /// Registers queued submissions if the scheduler is free; if it is not, its
   /// holder does when it lets go (flat combining: submitters never wait on mu_).
   void take_submissions();
+  /// Registers what was submitted and not yet taken in.
+  void register_submissions();
   void register_task(task_spec* t);
+  /// Cancels a task not yet finished: dropped if not sent, its process killed if running.
+  void cancel_task(task_spec* t);
   /// Sets what the task needs; why the node can never run it, if so.
   std::optional<std::string> admit(task_spec& t);
   void dispatch();
@@ -231,7 +238,9 @@ class node_runtime final : public process::process_context {
   void unpin_inputs(task_spec& t);
   void seal(object_entry* e, const ipc::value_location& loc, std::vector<object_id> contained,
             worker_link* from);
-  void fail_task(task_spec* t, const ipc::error_info& error);
+  /// Fails the task's results and everything depending on them; the task itself
+  /// ends unless `in_flight` (it ends when its process reports or dies).
+  void fail_task(task_spec* t, const ipc::error_info& error, bool in_flight = false);
   void finish_task(task_spec* t);
   void take_cpu(worker_link& w, task_spec& t);
   void return_cpu(worker_link& w, task_spec& t);

@@ -4,6 +4,7 @@
 // short default tasks, is queued behind the work of a busy worker so messages
 // batch. Actor calls go to their actor's queue instead (actors.cpp).
 // Everything here runs with mu_ held.
+#include <signal.h>
 #include <sys/epoll.h>
 
 #include <algorithm>
@@ -72,6 +73,7 @@ bool node_runtime::lending(const worker_link& w) {
 void node_runtime::lend_for(worker_link& w, const std::vector<object_id>& awaited) {
   // Running what the blocked task waits for keeps nesting shallow: otherwise a
   // blocked worker takes whatever is queued, and fork-join code nests deeply.
+  if (w.killed_to_cancel) return;  // it is about to die
   for (const auto& id : awaited) {
     if (w.blocked != static_cast<int>(w.in_flight.size())) return;  // it runs one already
     object_entry* e = dir_.find(id);
@@ -108,7 +110,7 @@ worker_link* node_runtime::pick_worker(const task_spec& t) {
     worker_link* lending = nullptr;
     for (std::size_t i = 0; i < pool_size_; ++i) {
       auto& w = workers_[i];
-      if (w->st != worker_link::state::alive) continue;
+      if (w->st != worker_link::state::alive || w->killed_to_cancel) continue;
       if (w->in_flight.empty()) return w.get();
       if (!lending && this->lending(*w)) lending = w.get();
     }
@@ -124,7 +126,8 @@ worker_link* node_runtime::pick_worker(const task_spec& t) {
   worker_link* best = nullptr;
   for (std::size_t i = 0; i < pool_size_; ++i) {
     auto& w = workers_[i];
-    if (w->st != worker_link::state::alive || w->blocked || w->nondefault || !w->active_default)
+    if (w->st != worker_link::state::alive || w->killed_to_cancel || w->blocked || w->nondefault ||
+        !w->active_default)
       continue;
     if (w->in_flight.size() >= depth) continue;
     if (!best || w->in_flight.size() < best->in_flight.size()) best = w.get();
@@ -358,12 +361,15 @@ void node_runtime::seal(object_entry* e, const ipc::value_location& loc,
   e->subscribers.clear();
 }
 
-void node_runtime::fail_task(task_spec* first, const ipc::error_info& first_error) {
+void node_runtime::fail_task(task_spec* first, const ipc::error_info& first_error, bool in_flight) {
   // Failure flows to every task waiting on the results, each chaining its name.
   std::vector<std::pair<task_spec*, ipc::error_info>> work{{first, first_error}};
+  std::vector<actor_record*> unblocked;  // actors whose queue loses a call not sent yet
   while (!work.empty()) {
     auto [t, err] = std::move(work.back());
     work.pop_back();
+    if (t->actor && t->worker < 0 && t->mode != detail::call_mode::construct)
+      unblocked.push_back(t->actor);
     for (auto* e : t->returns) {
       if (e->status() != state_pending) continue;
       e->error = std::make_unique<ipc::error_info>(err);
@@ -381,8 +387,39 @@ void node_runtime::fail_task(task_spec* first, const ipc::error_info& first_erro
       for (const auto& s : e->subscribers) notify(s, e);
       e->subscribers.clear();
     }
-    finish_task(t);
+    if (t != first || !in_flight) finish_task(t);
   }
+  // A failed call at the front of its actor's queue no longer holds back the next.
+  for (auto* a : unblocked) actor_dispatch(*a);
+}
+
+void node_runtime::cancel_task(task_spec* t) {
+  if (t->cancelled || t->mode == detail::call_mode::construct) return;
+  ipc::error_info err{ipc::error_kind::cancelled, "manta::task_cancelled_error",
+                      "manta: task '" + t->name() + "' was cancelled", t->name(), {}, 0, 0};
+  if (t->worker < 0) {  // not sent: ready, waiting on arguments, or in its actor's queue
+    if (t->queued) {
+      ready_.erase(std::find(ready_.begin(), ready_.end(), t));
+      t->queued = false;
+    }
+    if (t->pending_deps > 0)
+      for (auto* d : t->deps) {
+        auto& ds = d->dependents;
+        ds.erase(std::remove(ds.begin(), ds.end(), t), ds.end());
+      }
+    t->pending_deps = 0;
+    fail_task(t, err);
+    return;
+  }
+  if (t->actor) return;  // its actor runs it: a method is never interrupted
+  // Running, or waiting in its worker's pipe: only ending the process stops it.
+  // Its results fail now; what it may still send is ignored (on_task_done).
+  t->cancelled = true;
+  fail_task(t, err, /*in_flight=*/true);
+  worker_link& w = *workers_[t->worker];
+  w.killed_to_cancel = true;
+  MANTA_DEBUG << "killing worker pid " << w.pid << " to cancel '" << t->name() << "'";
+  if (w.pid > 0) ::kill(w.pid, SIGKILL);
 }
 
 void node_runtime::finish_task(task_spec* t) {

@@ -65,4 +65,7 @@ class arg_writer {
 /// @throws usage_error without a runtime, or for a request the node can never run.
 void submit(task_request&& request, ref_node** returns);
 
+/// Cancels the task producing `n`, if it has not finished (see manta::cancel).
+void cancel_producer(ref_node* n);
+
 }  // namespace manta::detail

@@ -1,0 +1,226 @@
+// cancel_test: manta::cancel on tasks queued, waiting on arguments, running in a
+// worker (whose process is killed and replaced), nested, inside actors' queues and
+// from inside a task. Tasks report that they started on a pipe and wait on another
+// one (a gate), so the test knows where each task is without sleeping.
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "support.hpp"
+
+namespace {
+using namespace std::chrono_literals;
+
+// Created before init so every worker and actor host inherits them.
+int report_pipe[2] = {-1, -1};
+int gate_pipe[2] = {-1, -1};
+
+void report_pid() {
+  int pid = ::getpid();
+  [[maybe_unused]] auto n = ::write(report_pipe[1], &pid, sizeof pid);
+}
+int read_pid(int timeout_ms = 20000) {
+  pollfd p{report_pipe[0], POLLIN, 0};
+  if (::poll(&p, 1, timeout_ms) != 1) return -1;
+  int pid = -1;
+  return ::read(report_pipe[0], &pid, sizeof pid) == sizeof pid ? pid : -1;
+}
+void open_gate(int times = 1) {
+  for (int i = 0; i < times; ++i) {
+    char c = 'g';
+    [[maybe_unused]] auto n = ::write(gate_pipe[1], &c, 1);
+  }
+}
+
+/// Reports its pid, then waits for the test to open the gate once.
+int gated(int x) {
+  report_pid();
+  char c;
+  [[maybe_unused]] auto n = ::read(gate_pipe[0], &c, 1);
+  return x;
+}
+/// Reports its pid, then blocks until killed.
+int report_and_block(int) {
+  report_pid();
+  for (;;) ::pause();
+}
+int plus(int a, int b) { return a + b; }
+/// Waits on a gated child that may not be retried: it runs nested, on this worker.
+int parent_of_gated(int x) {
+  report_pid();
+  return manta::get(manta::task(gated).max_retries(0).remote(x), std::chrono::seconds(30));
+}
+/// Starts a blocking child on another worker, cancels it: 1 if the child's result
+/// then fails with task_cancelled_error.
+int cancels_its_child(int) {
+  auto child = manta::task(report_and_block).remote(0);
+  if (read_pid() < 0) return -1;
+  manta::cancel(child);
+  try {
+    manta::get(child, std::chrono::seconds(30));
+  } catch (const manta::task_cancelled_error&) {
+    return 1;
+  }
+  return 0;
+}
+MANTA_REMOTE(gated, report_and_block, plus, parent_of_gated, cancels_its_child);
+
+struct Tally {
+  int total = 0;
+  int add(int x) { return total += x; }
+  int wait_for_gate() {
+    report_pid();
+    char c;
+    [[maybe_unused]] auto n = ::read(gate_pipe[0], &c, 1);
+    return total;
+  }
+};
+MANTA_ACTOR(Tally, &Tally::add, &Tally::wait_for_gate);
+
+class cancelling : public manta::testing::runtime_fixture {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(::pipe(report_pipe), 0);
+    ASSERT_EQ(::pipe(gate_pipe), 0);
+  }
+  void TearDown() override {
+    runtime_fixture::TearDown();
+    for (int fd : {report_pipe[0], report_pipe[1], gate_pipe[0], gate_pipe[1]}) ::close(fd);
+  }
+  /// get(ref) must throw task_cancelled_error; returns its message.
+  template <class T>
+  std::string cancelled_message(const manta::object_ref<T>& ref) {
+    try {
+      manta::get(ref, 30s);
+    } catch (const manta::task_cancelled_error& e) {
+      return e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "expected task_cancelled_error, got: " << e.what();
+      return {};
+    }
+    ADD_FAILURE() << "get of a cancelled task did not throw";
+    return {};
+  }
+};
+
+TEST_F(cancelling, a_queued_task_never_runs_and_the_worker_stays) {
+  start(1);
+  auto pids = manta::detail::runtime_process_ids();
+  auto busy = manta::task(gated).remote(1);
+  ASSERT_GT(read_pid(), 0);
+  auto queued = manta::task(report_and_block).remote(0);  // would block the only worker
+  manta::cancel(queued);
+  EXPECT_NE(cancelled_message(queued).find("'report_and_block' was cancelled"), std::string::npos);
+  open_gate();
+  EXPECT_EQ(manta::get(busy, 30s), 1);
+  EXPECT_EQ(manta::get(manta::task(plus).remote(2, 3), 30s), 5);  // it would run after the queued one
+  EXPECT_EQ(manta::detail::runtime_process_ids(), pids);  // nothing was killed
+}
+
+TEST_F(cancelling, a_running_task_is_stopped_and_its_worker_replaced) {
+  start(2);
+  auto retries = manta::detail::counters().task_retries;
+  auto running = manta::task(report_and_block).remote(0);
+  int pid = read_pid();
+  ASSERT_GT(pid, 0);
+  manta::cancel(running);
+  cancelled_message(running);
+  EXPECT_TRUE(manta::testing::eventually([&] { return !manta::testing::alive(pid); }));
+  EXPECT_TRUE(manta::testing::eventually(
+      [&] { return manta::detail::runtime_process_ids().size() == 3; }));
+  EXPECT_EQ(manta::detail::counters().task_retries, retries);  // not run again
+  std::vector<manta::object_ref<int>> refs;
+  for (int i = 0; i < 100; ++i) refs.push_back(manta::task(plus).remote(i, 1));
+  auto values = manta::get(refs, 30s);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(values[i], i + 1);
+  // Cancelling again, or after the fact, changes nothing.
+  manta::cancel(running);
+  cancelled_message(running);
+}
+
+TEST_F(cancelling, tasks_depending_on_a_cancelled_one_fail_with_it) {
+  start(2);
+  auto running = manta::task(report_and_block).remote(0);
+  ASSERT_GT(read_pid(), 0);
+  auto dependent = manta::task(plus).remote(running, 1);
+  auto second = manta::task(plus).remote(dependent, 1);
+  manta::cancel(running);
+  EXPECT_NE(cancelled_message(second).find("via plus <- plus"), std::string::npos);
+  // A task waiting on its arguments can be cancelled itself; its argument runs on.
+  auto slow = manta::task(gated).remote(4);
+  ASSERT_GT(read_pid(), 0);
+  auto waiting = manta::task(plus).remote(slow, 1);
+  manta::cancel(waiting);
+  cancelled_message(waiting);
+  open_gate();
+  EXPECT_EQ(manta::get(slow, 30s), 4);
+  EXPECT_EQ(manta::get(manta::task(plus).remote(slow, 2), 30s), 6);
+}
+
+TEST_F(cancelling, tasks_below_a_cancelled_one_on_its_worker_run_again_uncharged) {
+  start(1);
+  auto parent = manta::task(parent_of_gated).remote(9);
+  int parent_pid = read_pid();
+  int child_pid = read_pid();  // nested on the same (only) worker while the parent waits
+  ASSERT_GT(parent_pid, 0);
+  ASSERT_EQ(child_pid, parent_pid);
+  manta::cancel(parent);
+  cancelled_message(parent);
+  // The child (max_retries 0) lost its process to the cancellation, not to a fault:
+  // it runs again on the replacement worker.
+  int again = read_pid();
+  EXPECT_GT(again, 0);
+  EXPECT_NE(again, parent_pid);
+  open_gate();
+  // Nothing refers to its result any more: once it finishes, the store is empty again.
+  EXPECT_TRUE(manta::testing::eventually([] { return manta::detail::object_count() == 1u; }))
+      << manta::detail::object_count() << " objects";
+  EXPECT_EQ(manta::get(manta::task(plus).remote(1, 1), 30s), 2);
+}
+
+TEST_F(cancelling, finished_tasks_and_put_values_are_left_alone) {
+  start(1);
+  auto done = manta::task(plus).remote(1, 2);
+  ASSERT_EQ(manta::get(done, 30s), 3);
+  manta::cancel(done);
+  EXPECT_EQ(manta::get(done), 3);
+  auto stored = manta::put(std::string("kept"));
+  manta::cancel(stored);
+  EXPECT_EQ(manta::get(stored), "kept");
+  EXPECT_THROW(manta::cancel(manta::object_ref<int>{}), manta::usage_error);
+}
+
+TEST_F(cancelling, an_actor_call_waiting_in_line_is_dropped_and_the_next_goes) {
+  start(2);
+  auto tally = manta::actor<Tally>().remote();
+  auto slow = manta::task(gated).remote(100);
+  ASSERT_GT(read_pid(), 0);
+  auto held = tally.task(&Tally::add).remote(slow);  // waits for its argument, in line
+  auto behind = tally.task(&Tally::add).remote(5);   // in line behind it
+  manta::cancel(held);
+  cancelled_message(held);
+  EXPECT_EQ(manta::get(behind, 30s), 5);
+  open_gate();
+  EXPECT_EQ(manta::get(slow, 30s), 100);
+  // A call the actor already runs is not interrupted: the actor keeps its state.
+  auto running = tally.task(&Tally::wait_for_gate).remote();
+  ASSERT_GT(read_pid(), 0);
+  manta::cancel(running);
+  open_gate();
+  EXPECT_EQ(manta::get(running, 30s), 5);
+  EXPECT_EQ(manta::get(tally.task(&Tally::add).remote(1), 30s), 6);
+}
+
+TEST_F(cancelling, a_task_can_cancel_the_tasks_it_started) {
+  start(2);
+  EXPECT_EQ(manta::get(manta::task(cancels_its_child).remote(0), 30s), 1);
+  EXPECT_TRUE(manta::testing::eventually(
+      [&] { return manta::detail::runtime_process_ids().size() == 3; }));
+  EXPECT_EQ(manta::get(manta::task(plus).remote(2, 2), 30s), 4);
+}
+
+}  // namespace
