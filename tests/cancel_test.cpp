@@ -206,13 +206,21 @@ TEST_F(cancelling, an_actor_call_waiting_in_line_is_dropped_and_the_next_goes) {
   EXPECT_EQ(manta::get(behind, 30s), 5);
   open_gate();
   EXPECT_EQ(manta::get(slow, 30s), 100);
+  // The same when the call fails because its argument was cancelled.
+  auto doomed = manta::task(report_and_block).remote(0);
+  ASSERT_GT(read_pid(), 0);
+  auto failing = tally.task(&Tally::add).remote(doomed);
+  auto next = tally.task(&Tally::add).remote(1);
+  manta::cancel(doomed);
+  cancelled_message(failing);
+  EXPECT_EQ(manta::get(next, 30s), 6);
   // A call the actor already runs is not interrupted: the actor keeps its state.
   auto running = tally.task(&Tally::wait_for_gate).remote();
   ASSERT_GT(read_pid(), 0);
   manta::cancel(running);
   open_gate();
-  EXPECT_EQ(manta::get(running, 30s), 5);
-  EXPECT_EQ(manta::get(tally.task(&Tally::add).remote(1), 30s), 6);
+  EXPECT_EQ(manta::get(running, 30s), 6);
+  EXPECT_EQ(manta::get(tally.task(&Tally::add).remote(1), 30s), 7);
 }
 
 TEST_F(cancelling, a_task_can_cancel_the_tasks_it_started) {
