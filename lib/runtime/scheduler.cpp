@@ -23,20 +23,18 @@ constexpr std::size_t max_pipeline = 1024;
 }  // namespace
 
 void node_runtime::register_task(task_spec* t) {
-  object_entry* failed_dep = nullptr;
-  for (auto* e : t->deps) {
-    std::uint32_t s = e->status();
-    if (s == state_pending) {
+  // A failed argument fails the task before it waits on any other (it must not
+  // be left in their dependents once it is gone).
+  for (auto* e : t->deps)
+    if (e->status() == state_failed) {
+      fail_task(t, ipc::chained(*e->error, t->name()));
+      return;
+    }
+  for (auto* e : t->deps)
+    if (e->status() == state_pending) {
       e->dependents.push_back(t);
       ++t->pending_deps;
-    } else if (s == state_failed && !failed_dep) {
-      failed_dep = e;
     }
-  }
-  if (failed_dep) {
-    fail_task(t, ipc::chained(*failed_dep->error, t->name()));
-    return;
-  }
   for (auto* e : t->returns) e->producer = t;
   if (t->mode == detail::call_mode::construct) {
     create_actor(t, t->returns.at(0));
