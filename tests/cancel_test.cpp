@@ -248,6 +248,19 @@ TEST_F(cancelling, an_actor_call_waiting_in_line_is_dropped_and_the_next_goes) {
   EXPECT_EQ(manta::get(tally.task(&Tally::add).remote(1), 30s), 7);
 }
 
+TEST_F(cancelling, a_call_waiting_on_an_argument_fails_cleanly_when_its_actor_is_killed) {
+  start(2);
+  auto tally = manta::actor<Tally>().remote();
+  auto slow = manta::task(gated).remote(8);
+  ASSERT_GT(read_pid(), 0);
+  auto held = tally.task(&Tally::add).remote(slow);
+  manta::kill(tally);
+  EXPECT_THROW(manta::get(held, 30s), manta::actor_died_error);
+  open_gate();  // the argument is sealed after the call that waited on it is gone
+  EXPECT_EQ(manta::get(slow, 30s), 8);
+  EXPECT_EQ(manta::get(manta::task(plus).remote(slow, 1), 30s), 9);
+}
+
 TEST_F(cancelling, a_task_can_cancel_the_tasks_it_started) {
   start(2);
   EXPECT_EQ(manta::get(manta::task(cancels_its_child).remote(0), 30s), 1);

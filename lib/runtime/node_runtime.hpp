@@ -241,6 +241,8 @@ class node_runtime final : public process::process_context {
   /// Fails the task's results and everything depending on them; the task itself
   /// ends unless `in_flight` (it ends when its process reports or dies).
   void fail_task(task_spec* t, const ipc::error_info& error, bool in_flight = false);
+  /// The task waits on its arguments no more: it leaves their dependents (but `except`'s).
+  void stop_waiting(task_spec* t, object_entry* except = nullptr);
   void finish_task(task_spec* t);
   void take_cpu(worker_link& w, task_spec& t);
   void return_cpu(worker_link& w, task_spec& t);

@@ -366,6 +366,7 @@ void node_runtime::fail_task(task_spec* first, const ipc::error_info& first_erro
   while (!work.empty()) {
     auto [t, err] = std::move(work.back());
     work.pop_back();
+    stop_waiting(t);  // one that waited on arguments (cancelled, its actor dead) stops now
     if (t->actor && t->worker < 0 && t->mode != detail::call_mode::construct)
       unblocked.push_back(t->actor);
     for (auto* e : t->returns) {
@@ -374,11 +375,7 @@ void node_runtime::fail_task(task_spec* first, const ipc::error_info& first_erro
       publish(e, state_failed);
       for (auto* d : e->dependents) {
         if (d->pending_deps <= 0) continue;  // already failed through another argument
-        d->pending_deps = 0;
-        for (auto* other : d->deps) {  // stop waiting on its other arguments
-          auto& ds = other->dependents;
-          if (other != e) ds.erase(std::remove(ds.begin(), ds.end(), d), ds.end());
-        }
+        stop_waiting(d, e);  // e's list is cleared below
         work.emplace_back(d, ipc::chained(err, d->name()));
       }
       e->dependents.clear();
@@ -400,12 +397,6 @@ void node_runtime::cancel_task(task_spec* t) {
       ready_.erase(std::find(ready_.begin(), ready_.end(), t));
       t->queued = false;
     }
-    if (t->pending_deps > 0)
-      for (auto* d : t->deps) {
-        auto& ds = d->dependents;
-        ds.erase(std::remove(ds.begin(), ds.end(), t), ds.end());
-      }
-    t->pending_deps = 0;
     fail_task(t, err);
     return;
   }
@@ -418,6 +409,15 @@ void node_runtime::cancel_task(task_spec* t) {
   w.killed_to_cancel = true;
   MANTA_DEBUG << "killing worker pid " << w.pid << " to cancel '" << t->name() << "'";
   if (w.pid > 0) ::kill(w.pid, SIGKILL);
+}
+
+void node_runtime::stop_waiting(task_spec* t, object_entry* except) {
+  if (t->pending_deps <= 0) return;
+  for (auto* d : t->deps) {
+    auto& ds = d->dependents;
+    if (d != except) ds.erase(std::remove(ds.begin(), ds.end(), t), ds.end());
+  }
+  t->pending_deps = 0;
 }
 
 void node_runtime::finish_task(task_spec* t) {
