@@ -276,11 +276,16 @@ TEST_F(cancelling, random_cancels_in_a_task_graph_leave_every_result_consistent)
   const auto lost = manta::detail::counters().processes_lost;
   const int n = 600;
   std::mt19937 rng(7);
-  std::vector<manta::object_ref<int>> leaves, sums;
+  std::vector<manta::object_ref<int>> leaves, sums, calls;
   std::vector<bool> sum_cancelled(n, false);
+  // Each leaf also goes to one of three actors, in order; the first is killed halfway.
+  std::vector<manta::actor_handle<Tally>> tallies;
+  for (int k = 0; k < 3; ++k) tallies.push_back(manta::actor<Tally>().remote());
   for (int i = 0; i < n; ++i) leaves.push_back(manta::task(spin_value).remote(i, 50 + int(rng() % 400)));
   for (int i = 0; i < n; ++i) {
     sums.push_back(manta::task(plus).remote(leaves[i], leaves[(i + 1) % n]));
+    calls.push_back(tallies[i % 3].task(&Tally::add).remote(leaves[i]));
+    if (i == n / 2) manta::kill(tallies[0]);
     // Cancel a leaf (queued, running or done by now) or a sum (waiting or done).
     if (rng() % 10 == 0) manta::cancel(leaves[rng() % (i + 1)]);
     if (rng() % 20 == 0) {
@@ -308,13 +313,31 @@ TEST_F(cancelling, random_cancels_in_a_task_graph_leave_every_result_consistent)
       ++cancelled;
     }
   }
-  std::printf("random cancels: %d sums computed, %d cancelled, %d workers replaced\n", values,
-              cancelled, int(manta::detail::counters().processes_lost - lost));
+  // Calls on the live actors ran in order, exactly those whose leaf was not cancelled.
+  int totals[3] = {0, 0, 0}, died = 0;
+  for (int i = 0; i < n; ++i) {
+    try {
+      int total = manta::get(calls[i], 30s);
+      EXPECT_TRUE(leaf_ok[i]) << i;
+      if (i % 3 != 0) EXPECT_EQ(total, totals[i % 3] += i) << i;
+    } catch (const manta::task_cancelled_error&) {
+      EXPECT_FALSE(leaf_ok[i]) << i;
+    } catch (const manta::actor_died_error&) {
+      EXPECT_EQ(i % 3, 0) << i;
+      ++died;
+    }
+  }
+  EXPECT_GT(died, 0);
+  std::printf("random cancels: %d sums computed, %d cancelled, %d processes killed, %d calls to "
+              "the killed actor failed\n",
+              values, cancelled, int(manta::detail::counters().processes_lost - lost), died);
   EXPECT_GT(values, 0);
   EXPECT_GT(cancelled, 0);
   // The pool is whole, and every object and extent is back once the refs go.
   leaves.clear();
   sums.clear();
+  calls.clear();
+  tallies.clear();
   EXPECT_TRUE(manta::testing::eventually([&] {
     return manta::detail::runtime_process_ids().size() == 4 &&
            manta::detail::object_count() == objects && manta::detail::arena_used_bytes() == arena;
