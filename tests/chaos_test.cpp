@@ -97,4 +97,83 @@ TEST(chaos, killed_processes_lose_no_result) {
   manta::shutdown();
 }
 
+TEST(chaos, cancels_from_another_thread_while_processes_are_killed) {
+  manta::init({.num_workers = 2});
+  const std::size_t processes = manta::detail::runtime_process_ids().size();
+  const std::size_t objects = manta::detail::object_count();
+  const long n = 100000;
+  std::vector<manta::object_ref<long>> leaves, sums;
+  for (long i = 0; i < n; ++i) leaves.push_back(manta::task(inc).max_retries(-1).remote(i));
+  for (long i = 0; i < n; ++i)
+    sums.push_back(manta::task(add).max_retries(-1).remote(leaves[i], leaves[(i + 1) % n]));
+  std::vector<std::atomic<bool>> sum_cancelled(static_cast<std::size_t>(n));
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> faults{0}, cancels{0};
+  std::thread killer([&] {
+    std::mt19937 rng(11);
+    while (!stop.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2 + rng() % 7));  // the chaos interval
+      auto pids = manta::detail::runtime_process_ids();
+      if (pids.size() < 2) continue;
+      if (::kill(pids[1 + rng() % (pids.size() - 1)], SIGKILL) == 0) faults.fetch_add(1);
+    }
+  });
+  std::thread canceller([&] {
+    std::mt19937 rng(13);
+    while (!stop.load()) {
+      auto i = static_cast<std::size_t>(rng() % n);
+      if (rng() % 2) {
+        manta::cancel(leaves[i]);
+      } else {
+        sum_cancelled[i] = true;  // before the cancel: a failure seen later finds it set
+        manta::cancel(sums[i]);
+      }
+      cancels.fetch_add(1);
+      std::this_thread::yield();
+    }
+  });
+  std::vector<bool> sum_ok(n);
+  long values = 0, inconsistent = 0, other_errors = 0;
+  for (long i = 0; i < n; ++i) {
+    try {
+      inconsistent += manta::get(sums[i], 120s) != (i + 1) + ((i + 1) % n + 1);
+      sum_ok[i] = true;
+      ++values;
+    } catch (const manta::task_cancelled_error&) {
+    } catch (const std::exception& e) {
+      ++other_errors;
+      ADD_FAILURE() << i << ": " << e.what();
+    }
+  }
+  stop = true;
+  killer.join();
+  canceller.join();
+  std::vector<bool> leaf_ok(n);
+  for (long i = 0; i < n; ++i) {
+    try {
+      inconsistent += manta::get(leaves[i], 120s) != i + 1;
+      leaf_ok[i] = true;
+    } catch (const manta::task_cancelled_error&) {
+    }
+  }
+  for (long i = 0; i < n; ++i) {
+    bool inputs_ok = leaf_ok[i] && leaf_ok[(i + 1) % n];
+    if (sum_ok[i]) inconsistent += !inputs_ok;                    // a value from a cancelled leaf
+    else inconsistent += inputs_ok && !sum_cancelled[i].load();  // cancelled for no reason
+  }
+  std::printf("chaos with cancels: faults injected %d, cancels %d, sums computed %ld, "
+              "inconsistent %ld\n",
+              faults.load(), cancels.load(), values, inconsistent);
+  EXPECT_EQ(inconsistent, 0);
+  EXPECT_EQ(other_errors, 0);
+  leaves.clear();
+  sums.clear();
+  EXPECT_TRUE(manta::testing::eventually([&] {
+    return manta::detail::runtime_process_ids().size() == processes &&
+           manta::detail::object_count() == objects;
+  })) << manta::detail::object_count() << " objects";
+  manta::shutdown();
+}
+
 }  // namespace
