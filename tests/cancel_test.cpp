@@ -76,7 +76,19 @@ int spin_value(int x, int us) {
   }
   return x;
 }
-MANTA_REMOTE(gated, report_and_block, plus, parent_of_gated, cancels_its_child, spin_value);
+/// Reports its pid, starts a blocking child (sent at once, so it goes to an idle
+/// worker before this one blocks) and waits for it.
+int parent_of_blocked(int) {
+  report_pid();
+  return manta::get(manta::task(report_and_block).remote(0));
+}
+/// Reports its pid, then waits for `r` (passed unresolved).
+int waits_for(manta::object_ref<int> r) {
+  report_pid();
+  return manta::get(r);
+}
+MANTA_REMOTE(gated, report_and_block, plus, parent_of_gated, cancels_its_child, spin_value,
+             parent_of_blocked, waits_for);
 
 struct Tally {
   int total = 0;
@@ -186,8 +198,9 @@ TEST_F(cancelling, a_task_with_one_argument_cancelled_and_one_pending_fails_once
   EXPECT_EQ(manta::get(manta::task(plus).remote(pending, 1), 30s), 4);
 }
 
-TEST_F(cancelling, tasks_below_a_cancelled_one_on_its_worker_run_again_uncharged) {
+TEST_F(cancelling, a_cancelled_tasks_nested_child_on_its_worker_goes_with_it) {
   start(1);
+  auto retries = manta::detail::counters().task_retries;
   auto parent = manta::task(parent_of_gated).remote(9);
   int parent_pid = read_pid();
   int child_pid = read_pid();  // nested on the same (only) worker while the parent waits
@@ -195,16 +208,54 @@ TEST_F(cancelling, tasks_below_a_cancelled_one_on_its_worker_run_again_uncharged
   ASSERT_EQ(child_pid, parent_pid);
   manta::cancel(parent);
   cancelled_message(parent);
-  // The child (max_retries 0) lost its process to the cancellation, not to a fault:
-  // it runs again on the replacement worker.
+  EXPECT_TRUE(manta::testing::eventually([&] { return !manta::testing::alive(parent_pid); }));
+  EXPECT_TRUE(manta::testing::eventually([] { return manta::detail::object_count() == 1u; }))
+      << manta::detail::object_count() << " objects";  // the child is gone, not run again
+  EXPECT_EQ(manta::detail::counters().task_retries, retries);
+  EXPECT_EQ(manta::get(manta::task(plus).remote(1, 1), 30s), 2);
+}
+
+TEST_F(cancelling, an_unrelated_task_sharing_the_killed_worker_runs_again_uncharged) {
+  start(1);
+  auto tally = manta::actor<Tally>().remote();
+  auto held = tally.task(&Tally::wait_for_gate).remote();  // in the actor's process
+  ASSERT_GT(read_pid(), 0);
+  // It waits in get, lending its CPU: the next task runs nested on the same worker.
+  auto waiting = manta::task(waits_for).max_retries(0).remote(held);
+  int waiting_pid = read_pid();
+  auto blocker = manta::task(report_and_block).remote(0);
+  ASSERT_EQ(read_pid(), waiting_pid);
+  manta::cancel(blocker);
+  cancelled_message(blocker);
+  // `waiting` lost its process to the cancellation, not to a fault: with
+  // max_retries(0) it still runs again, on the replacement worker.
   int again = read_pid();
   EXPECT_GT(again, 0);
-  EXPECT_NE(again, parent_pid);
+  EXPECT_NE(again, waiting_pid);
   open_gate();
-  // Nothing refers to its result any more: once it finishes, the store is empty again.
+  EXPECT_EQ(manta::get(waiting, 30s), 0);
+}
+
+TEST_F(cancelling, a_cancelled_task_takes_the_tasks_it_started_with_it) {
+  start(2);
+  auto retries = manta::detail::counters().task_retries;
+  auto parent = manta::task(parent_of_blocked).remote(0);
+  int parent_pid = read_pid();
+  int child_pid = read_pid();
+  ASSERT_GT(child_pid, 0);
+  ASSERT_GT(parent_pid, 0);
+  ASSERT_NE(child_pid, parent_pid);  // the child runs on the other worker
+  manta::cancel(parent);
+  cancelled_message(parent);
+  // Both workers are killed and replaced; neither task runs again.
+  EXPECT_TRUE(manta::testing::eventually(
+      [&] { return !manta::testing::alive(parent_pid) && !manta::testing::alive(child_pid); }));
+  EXPECT_TRUE(manta::testing::eventually(
+      [&] { return manta::detail::runtime_process_ids().size() == 3; }));
+  EXPECT_EQ(manta::detail::counters().task_retries, retries);
   EXPECT_TRUE(manta::testing::eventually([] { return manta::detail::object_count() == 1u; }))
       << manta::detail::object_count() << " objects";
-  EXPECT_EQ(manta::get(manta::task(plus).remote(1, 1), 30s), 2);
+  EXPECT_EQ(manta::get(manta::task(plus).remote(1, 2), 30s), 3);
 }
 
 TEST_F(cancelling, finished_tasks_and_put_values_are_left_alone) {

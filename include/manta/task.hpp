@@ -157,8 +157,9 @@ task_builder<1, R, P...> task(R (*f)(P...) noexcept) {
 
 /// Cancel the task whose result `ref` is: if it has not started it never runs; if
 /// it runs in a pool worker, that process is killed and replaced (the other tasks
-/// it held are retried, not charged a retry). Its results, and those of every task
-/// depending on them, then fail with task_cancelled_error. No effect on a task that
+/// it held are retried, not charged a retry); unfinished tasks it submitted are
+/// cancelled too. Its results, and those of every task depending on them, then
+/// fail with task_cancelled_error. No effect on a task that
 /// has finished, on a value from `put`, or on an actor method its actor already
 /// runs (a method is never interrupted: its actor would lose its state).
 /// Callable from the driver and from tasks; from a task it takes effect shortly after.

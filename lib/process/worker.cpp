@@ -282,6 +282,7 @@ class worker_runtime final : public process_context {
     {
       ipc::frame_writer w(out_.buffer(), static_cast<std::uint16_t>(msg::submit));
       w.put(r.function->id);
+      w.put(current_task());  // its parent: cancelling that one cancels it too
       w.put(static_cast<std::uint8_t>(r.mode));
       w.put(r.num_returns);
       w.put(r.arg_count);

@@ -400,6 +400,7 @@ void node_runtime::on_submit(worker_link& w, ipc::frame_reader& r) {
   auto fid = r.get<std::uint64_t>();
   t->fn = detail::function_by_id(fid);
   if (!t->fn) throw ipc::protocol_error("manta: nested task names an unknown function");
+  t->parent = r.get<std::uint64_t>();
   t->mode = static_cast<detail::call_mode>(r.get<std::uint8_t>());
   t->num_returns = r.get<std::uint16_t>();
   t->arg_count = r.get<std::uint16_t>();
@@ -419,6 +420,7 @@ void node_runtime::on_submit(worker_link& w, ipc::frame_reader& r) {
     t->returns.push_back(e);
   }
   if (t->mode == detail::call_mode::construct) {
+    t->parent = 0;  // an actor outlives the task that started it
     if (t->returns.size() != 1) throw ipc::protocol_error("manta: an actor constructor with results");
     t->actor = new actor_record();
     t->returns[0]->actor = t->actor;
@@ -443,6 +445,7 @@ void node_runtime::on_submit(worker_link& w, ipc::frame_reader& r) {
   t->key = ++next_key_;
   task_spec* raw = t.release();
   tasks_.emplace(raw->key, raw);
+  if (raw->parent) ++nested_live_;
   register_task(raw);
 }
 

@@ -69,6 +69,7 @@ struct task_spec {
   std::uint64_t grant = ipc::no_offset;  ///< extent offered for its result, while in flight
   bool inputs_pinned = false;  ///< its large arguments are kept in the arena (while sent)
   bool cancelled = false;  ///< cancelled while in flight: its results already failed
+  std::uint64_t parent = 0;  ///< the task that submitted it from a worker, or 0
 };
 
 /// An actor: its process, its queue of calls, what it holds, how it ends.
@@ -223,7 +224,8 @@ class node_runtime final : public process::process_context {
   /// Registers what was submitted and not yet taken in.
   void register_submissions();
   void register_task(task_spec* t);
-  /// Cancels a task not yet finished: dropped if not sent, its process killed if running.
+  /// Cancels a task not yet finished (dropped if not sent, its process killed if
+  /// running), and the unfinished tasks it submitted.
   void cancel_task(task_spec* t);
   /// Sets what the task needs; why the node can never run it, if so.
   std::optional<std::string> admit(task_spec& t);
@@ -334,6 +336,7 @@ class node_runtime final : public process::process_context {
   std::uint64_t next_process_number_ = 0;
   resource_ledger ledger_;
   std::size_t pool_size_ = 0;
+  std::size_t nested_live_ = 0;  ///< tasks_ with a parent: cancelling looks for children only then
   std::atomic<int> slots_in_use_{0};  ///< links [0, slots_in_use_) may be alive
   std::vector<std::unique_ptr<actor_record>> actors_;
   std::unordered_map<std::string, object_entry*> actor_names_;  ///< counted

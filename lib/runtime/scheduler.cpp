@@ -390,6 +390,8 @@ void node_runtime::fail_task(task_spec* first, const ipc::error_info& first_erro
 
 void node_runtime::cancel_task(task_spec* t) {
   if (t->cancelled || t->mode == detail::call_mode::construct) return;
+  if (t->actor && t->worker >= 0) return;  // its actor runs it: a method is never interrupted
+  const std::uint64_t key = t->key;
   ipc::error_info err{ipc::error_kind::cancelled, "manta::task_cancelled_error",
                       "manta: task '" + t->name() + "' was cancelled", t->name(), {}, 0, 0};
   if (t->worker < 0) {  // not sent: ready, waiting on arguments, or in its actor's queue
@@ -398,17 +400,23 @@ void node_runtime::cancel_task(task_spec* t) {
       t->queued = false;
     }
     fail_task(t, err);
-    return;
+  } else {
+    // Running, or waiting in its worker's pipe: only ending the process stops it.
+    // Its results fail now; what it may still send is ignored (on_task_done).
+    t->cancelled = true;
+    fail_task(t, err, /*in_flight=*/true);
+    worker_link& w = *workers_[t->worker];
+    w.killed_to_cancel = true;
+    MANTA_DEBUG << "killing worker pid " << w.pid << " to cancel '" << t->name() << "'";
+    if (w.pid > 0) ::kill(w.pid, SIGKILL);
   }
-  if (t->actor) return;  // its actor runs it: a method is never interrupted
-  // Running, or waiting in its worker's pipe: only ending the process stops it.
-  // Its results fail now; what it may still send is ignored (on_task_done).
-  t->cancelled = true;
-  fail_task(t, err, /*in_flight=*/true);
-  worker_link& w = *workers_[t->worker];
-  w.killed_to_cancel = true;
-  MANTA_DEBUG << "killing worker pid " << w.pid << " to cancel '" << t->name() << "'";
-  if (w.pid > 0) ::kill(w.pid, SIGKILL);
+  // What it submitted and has not finished goes too (as Ray's recursive cancel).
+  if (nested_live_ == 0) return;
+  std::vector<std::uint64_t> children;
+  for (const auto& [k, c] : tasks_)
+    if (c->parent == key) children.push_back(k);
+  for (std::uint64_t k : children)
+    if (auto it = tasks_.find(k); it != tasks_.end()) cancel_task(it->second);
 }
 
 void node_runtime::stop_waiting(task_spec* t, object_entry* except) {
@@ -421,6 +429,7 @@ void node_runtime::stop_waiting(task_spec* t, object_entry* except) {
 }
 
 void node_runtime::finish_task(task_spec* t) {
+  if (t->parent) --nested_live_;
   for (auto* e : t->returns) e->producer = nullptr;
   if (t->actor) {  // a call that failed before it was sent leaves its actor's queue
     auto& q = t->actor->queue;
