@@ -231,6 +231,8 @@ class node_runtime final : public process::process_context {
   std::optional<std::string> admit(task_spec& t);
   void dispatch();
   worker_link* pick_worker(const task_spec& t);
+  /// It was given refs (borrowed, or inside its arguments) reaching an object not sealed yet.
+  bool may_wait_on_others(const task_spec& t) const;
   /// All its tasks wait, and the innermost cannot go on yet: it may run more, nested.
   bool lending(const worker_link& w);
   void send_task(worker_link& w, task_spec& t);

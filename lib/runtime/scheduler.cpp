@@ -8,6 +8,7 @@
 #include <sys/epoll.h>
 
 #include <algorithm>
+#include <unordered_set>
 #include <utility>
 
 #include "observe/log.hpp"
@@ -71,12 +72,25 @@ bool node_runtime::lending(const worker_link& w) {
 void node_runtime::lend_for(worker_link& w, const std::vector<object_id>& awaited) {
   // Running what the blocked task waits for keeps nesting shallow: otherwise a
   // blocked worker takes whatever is queued, and fork-join code nests deeply.
+  // A producer still waiting on its own arguments leads to theirs: whatever the
+  // awaited objects need is safe to nest (none of it can wait on the tasks below).
   if (w.killed_to_cancel) return;  // it is about to die
-  for (const auto& id : awaited) {
+  std::vector<object_entry*> todo;
+  for (auto it = awaited.rbegin(); it != awaited.rend(); ++it)
+    if (object_entry* e = dir_.find(*it)) todo.push_back(e);
+  std::vector<const task_spec*> seen;
+  while (!todo.empty() && seen.size() < 64) {  // bounded: the first producers matter
     if (w.blocked != static_cast<int>(w.in_flight.size())) return;  // it runs one already
-    object_entry* e = dir_.find(id);
-    task_spec* t = e ? e->producer : nullptr;
-    if (!t || !t->queued) continue;
+    object_entry* e = todo.back();
+    todo.pop_back();
+    task_spec* t = e->status() == state_pending ? e->producer : nullptr;
+    if (!t || std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
+    seen.push_back(t);
+    if (!t->queued) {
+      if (t->pending_deps > 0 && !t->actor)
+        for (auto d = t->deps.rbegin(); d != t->deps.rend(); ++d) todo.push_back(*d);
+      continue;
+    }
     if (!ledger_.fits(t->is_default() ? demand{1.0, 0, {}} : t->need)) return;
     ready_.erase(std::find(ready_.begin(), ready_.end(), t));
     t->queued = false;
@@ -86,14 +100,22 @@ void node_runtime::lend_for(worker_link& w, const std::vector<object_id>& awaite
 
 void node_runtime::dispatch() {
   if (!waiting_actors_.empty()) start_waiting_actors();
+  // A worker whose tasks all wait runs what its innermost one waits for first.
+  for (std::size_t i = 0; i < pool_size_; ++i) {
+    worker_link& w = *workers_[i];
+    if (w.blocked > 0 && !w.awaiting.empty() && w.st == worker_link::state::alive && lending(w))
+      lend_for(w, w.awaiting.back().ids);
+  }
   // In order, except that a task waiting for resources (GPUs, custom ones, more
-  // CPUs) lets later tasks pass. A default task that cannot go means no later
-  // one can either, so the scan stops there.
+  // CPUs) lets later tasks pass, and so does one that may not nest on a blocked
+  // worker. A default task that cannot go otherwise means no later one can
+  // either, so the scan stops there.
   for (auto it = ready_.begin(); it != ready_.end();) {
     task_spec* t = *it;
     worker_link* w = pick_worker(*t);
     if (!w) {
-      if (t->is_default()) break;
+      // (It may only nest when a CPU is free: with none, later ones cannot go either.)
+      if (t->is_default() && (!ledger_.fits(demand{1.0, 0, {}}) || !may_wait_on_others(*t))) break;
       ++it;
       continue;
     }
@@ -103,7 +125,28 @@ void node_runtime::dispatch() {
   }
 }
 
+bool node_runtime::may_wait_on_others(const task_spec& t) const {
+  std::vector<const object_entry*> todo;
+  for (auto* e : t.contained) todo.push_back(e);
+  for (auto* e : t.deps)
+    for (auto* c : e->contained) todo.push_back(static_cast<const object_entry*>(c));
+  if (todo.empty()) return false;  // the common case: no refs given at all
+  std::unordered_set<const object_entry*> seen;
+  while (!todo.empty()) {
+    const object_entry* e = todo.back();
+    todo.pop_back();
+    if (e->status() == state_pending) return true;
+    if (!seen.insert(e).second) continue;
+    for (auto* c : e->contained) todo.push_back(static_cast<const object_entry*>(c));  // refs in refs
+  }
+  return false;
+}
+
 worker_link* node_runtime::pick_worker(const task_spec& t) {
+  // A task nested on a blocked worker, or queued behind a task that may block,
+  // runs on top of that worker's stack: if it waited on an object a task below
+  // it will make, neither could go on. Only tasks that cannot reach an unsealed
+  // object except through their own children go there.
   if (ledger_.fits(t.is_default() ? demand{1.0, 0, {}} : t.need)) {
     worker_link* lending = nullptr;
     for (std::size_t i = 0; i < pool_size_; ++i) {
@@ -112,10 +155,10 @@ worker_link* node_runtime::pick_worker(const task_spec& t) {
       if (w->in_flight.empty()) return w.get();
       if (!lending && this->lending(*w)) lending = w.get();
     }
-    if (lending) return lending;
+    if (lending && !may_wait_on_others(t)) return lending;
   }
   // Queue short default tasks behind a busy worker's default tasks.
-  if (!t.is_default()) return nullptr;
+  if (!t.is_default() || may_wait_on_others(t)) return nullptr;
   auto it = stats_.find(stats_key(t));
   if (it == stats_.end() || !it->second.known || it->second.blocks) return nullptr;
   std::size_t depth = static_cast<std::size_t>(
