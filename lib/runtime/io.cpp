@@ -435,17 +435,14 @@ void node_runtime::on_submit(worker_link& w, ipc::frame_reader& r) {
   for (std::uint32_t i = 0; i < ncontained; ++i)
     if (object_entry* e = dir_.acquire(r.get<object_id>())) t->contained.push_back(e);
   t->args = r.string();
-  if (auto why = admit(*t)) {  // the nested caller gets the error from get
-    t->key = ++next_key_;
-    task_spec* raw = t.release();
-    tasks_.emplace(raw->key, raw);
-    fail_task(raw, {ipc::error_kind::usage, "manta::usage_error", *why, raw->name(), {}, 0, 0});
-    return;
-  }
   t->key = ++next_key_;
   task_spec* raw = t.release();
   tasks_.emplace(raw->key, raw);
   if (raw->parent) ++nested_live_;
+  if (auto why = admit(*raw)) {  // the nested caller gets the error from get
+    fail_task(raw, {ipc::error_kind::usage, "manta::usage_error", *why, raw->name(), {}, 0, 0});
+    return;
+  }
   register_task(raw);
 }
 
