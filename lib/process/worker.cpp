@@ -512,6 +512,14 @@ class worker_runtime final : public process_context {
   bool pump(no_nested nested, detail::deadline until, Pred done) {
     for (;;) {
       if (done()) return true;
+      if (nested == no_nested::yes && !deferred_.empty()) {
+        // Deferred while this process waited for an extent: they came first, and
+        // the driver counts them as running here, so it sends nothing else meanwhile.
+        std::string body = std::move(deferred_.front());
+        deferred_.pop_front();
+        execute(reinterpret_cast<const std::byte*>(body.data()), body.size());
+        continue;
+      }
       ipc::frame f;
       bool got;
       try {
