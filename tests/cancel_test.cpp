@@ -370,7 +370,9 @@ TEST_F(cancelling, random_cancels_in_a_task_graph_leave_every_result_consistent)
     try {
       int total = manta::get(calls[i], 30s);
       EXPECT_TRUE(leaf_ok[i]) << i;
-      if (i % 3 != 0) EXPECT_EQ(total, totals[i % 3] += i) << i;
+      if (i % 3 != 0) {
+        EXPECT_EQ(total, totals[i % 3] += i) << i;
+      }
     } catch (const manta::task_cancelled_error&) {
       EXPECT_FALSE(leaf_ok[i]) << i;
     } catch (const manta::actor_died_error&) {

@@ -11,13 +11,6 @@ namespace {
 int ident(int x) { return x; }
 MANTA_REMOTE(ident);
 
-long resident_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  long size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * ::sysconf(_SC_PAGESIZE);
-}
-
 /// Runs `count` tasks in batches, holding at most one batch of refs at a time.
 void run_tasks(int count, int batch) {
   std::vector<manta::object_ref<int>> refs;
@@ -33,9 +26,9 @@ TEST(memory, a_million_tasks_leave_the_store_and_the_driver_flat) {
   manta::init({.num_workers = 2});
   std::size_t arena_before = manta::detail::arena_used_bytes();
   run_tasks(100000, 10000);  // warm-up: allocator pools and tables reach their working size
-  long rss_warm = resident_bytes();
+  long rss_warm = manta::testing::resident_bytes();
   run_tasks(1000000, 10000);
-  long rss_after = resident_bytes();
+  long rss_after = manta::testing::resident_bytes();
   EXPECT_EQ(manta::detail::object_count(), 0u);
   EXPECT_EQ(manta::detail::arena_used_bytes(), arena_before);
 #if defined(__SANITIZE_ADDRESS__)

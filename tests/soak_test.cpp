@@ -14,13 +14,6 @@ namespace {
 int ident(int x) { return x; }
 MANTA_REMOTE(ident);
 
-long resident_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  long size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * ::sysconf(_SC_PAGESIZE);
-}
-
 TEST(soak, a_million_tasks_and_100000_megabyte_objects_stay_flat) {
   manta::init({.num_workers = 2});
   const std::size_t arena0 = manta::detail::arena_used_bytes();
@@ -36,10 +29,10 @@ TEST(soak, a_million_tasks_and_100000_megabyte_objects_stay_flat) {
   // Warm-up of both paths, so allocator pools and tables have their working size.
   run_tasks(10);
   for (int i = 0; i < 10000; ++i) manta::get(manta::put(std::vector<char>(1 << 20, 'w')));
-  long rss0 = resident_bytes();
+  long rss0 = manta::testing::resident_bytes();
 
   run_tasks(100);
-  long rss1 = resident_bytes();
+  long rss1 = manta::testing::resident_bytes();
   std::size_t arena1 = manta::detail::arena_used_bytes();
 
   std::vector<char> value(1 << 20);
@@ -48,7 +41,7 @@ TEST(soak, a_million_tasks_and_100000_megabyte_objects_stay_flat) {
     auto r = manta::put(value);
     ASSERT_EQ(manta::get(r)[static_cast<std::size_t>(i) % value.size()], static_cast<char>(i));
   }
-  long rss2 = resident_bytes();
+  long rss2 = manta::testing::resident_bytes();
   std::size_t arena2 = manta::detail::arena_used_bytes();
   std::printf("soak: driver RSS %.1f MB at start, %.1f MB after 1,000,000 tasks, %.1f MB after "
               "100,000 put/get of 1 MB; arena in use %zu / %zu / %zu bytes\n",

@@ -73,4 +73,11 @@ std::string temp_path(const std::string& stem) {
   return "/tmp/manta-test-" + std::to_string(::getpid()) + "-" + stem;
 }
 
+long resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  long size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * ::sysconf(_SC_PAGESIZE);
+}
+
 }  // namespace manta::testing

@@ -43,6 +43,8 @@ bool eventually(const std::function<bool()>& cond,
 std::vector<std::string> shm_entries();
 /// Open file descriptors of this process.
 int open_fd_count();
+/// Resident memory of this process, in bytes.
+long resident_bytes();
 /// Temporary path unique to this test process.
 std::string temp_path(const std::string& stem);
 
