@@ -9,7 +9,7 @@
 
 #include "ipc/channel.hpp"
 #include "ipc/frame.hpp"
-#include "ipc/protocol.hpp"
+#include "ipc/messages.hpp"
 
 namespace {
 using namespace manta::ipc;
@@ -34,7 +34,8 @@ TEST(frames, many_frames_in_one_write_arrive_whole_and_aligned) {
     frame_writer w(out.buffer(), 7);
     w.put(i);
     std::string payload(i % 13, 'x');
-    write_location(w, 99, payload.size(), no_offset, payload.data());
+    write_location(w, {99, payload.size(), no_offset, reinterpret_cast<const std::byte*>(payload.data())});
+    w.finish();
   }
   ASSERT_TRUE(out.flush());
   EXPECT_GE(bell.load(), 1u);
@@ -61,6 +62,7 @@ TEST(frames, a_frame_split_across_reads_is_reassembled) {
     frame_writer w(buf, 3);
     std::string big(200000, 'q');  // larger than the inbox's first buffer
     w.string(big);
+    w.finish();
   }
   inbox in(p.fds[0]);
   frame f;
@@ -84,6 +86,7 @@ TEST(frames, truncated_and_oversized_frames_are_protocol_errors) {
   {
     frame_writer w(buf, 1);
     w.put(std::uint32_t{5});
+    w.finish();
   }
   frame f{1, reinterpret_cast<const std::byte*>(buf.data() + 8), 4};
   auto r = f.reader();
@@ -119,7 +122,10 @@ TEST(frames, a_large_claimed_frame_grows_the_buffer_only_as_bytes_arrive) {
 TEST(frames, eof_is_reported_after_the_last_frame) {
   pipe_pair p;
   std::string buf;
-  { frame_writer w(buf, 2); }
+  {
+    frame_writer w(buf, 2);
+    w.finish();
+  }
   ASSERT_EQ(::write(p.fds[1], buf.data(), buf.size()), static_cast<ssize_t>(buf.size()));
   ::close(p.fds[1]);
   p.fds[1] = -1;
@@ -136,6 +142,7 @@ TEST(frames, errors_round_trip) {
   {
     frame_writer w(buf, 1);
     write_error(w, e);
+    w.finish();
   }
   frame f{1, reinterpret_cast<const std::byte*>(buf.data() + 8), buf.size() - 8};
   auto r = f.reader();

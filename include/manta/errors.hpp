@@ -90,4 +90,12 @@ class actor_died_error : public error {
   using error::error;
 };
 
+/// The node that held a task, an object or an actor was lost and what it held
+/// could not be rebuilt: on one node, the runtime's own processes (its zygote)
+/// are gone, so nothing more can run until `shutdown` and a new `init`.
+class node_died_error : public error {
+ public:
+  using error::error;
+};
+
 }  // namespace manta

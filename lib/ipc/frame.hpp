@@ -22,7 +22,8 @@ struct frame_header {
 static_assert(sizeof(frame_header) == 8);
 
 /// Frames larger than this are malformed (a corrupt or hostile peer): values over
-/// 64 KiB never travel inline, so real frames stay far below it.
+/// 64 KiB never travel inline, and long id lists travel in the arena, so real
+/// frames stay far below it.
 inline constexpr std::uint32_t max_frame_bytes = 64u << 20;
 
 constexpr std::size_t pad8(std::size_t n) noexcept { return (n + 7) & ~std::size_t{7}; }
@@ -33,7 +34,14 @@ class protocol_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Appends frames to a byte string.
+/// A frame this process tried to write is larger than max_frame_bytes.
+class frame_too_large : public std::length_error {
+ public:
+  using std::length_error::length_error;
+};
+
+/// Appends one frame to a byte string. `finish` completes it; a writer destroyed
+/// unfinished (an exception while writing) takes its partial frame back.
 class frame_writer {
  public:
   explicit frame_writer(std::string& out, std::uint16_t type) : out_(out), start_(out.size()) {
@@ -42,7 +50,9 @@ class frame_writer {
   }
   frame_writer(const frame_writer&) = delete;
   frame_writer& operator=(const frame_writer&) = delete;
-  ~frame_writer() { finish(); }
+  ~frame_writer() {
+    if (!done_) out_.resize(start_);
+  }
 
   template <class T>
   void put(const T& v) {
@@ -56,21 +66,21 @@ class frame_writer {
   }
   /// Pads so the next field starts 8-aligned relative to the frame.
   void align() { out_.append(pad8(out_.size() - start_) - (out_.size() - start_), '\0'); }
-  /// Reserves n bytes and returns where they start (valid until the next append).
-  char* reserve(std::size_t n) {
-    out_.resize(out_.size() + n);
-    return out_.data() + out_.size() - n;
-  }
   std::size_t body_size() const { return out_.size() - start_ - sizeof(frame_header); }
 
+  /// Completes the frame. @throws frame_too_large (and takes the frame back).
   void finish() {
-    if (done_) return;
-    done_ = true;
     std::size_t body = body_size();
-    if (body > max_frame_bytes) throw protocol_error("manta: message too large for one frame");
+    if (body > max_frame_bytes) {
+      out_.resize(start_);
+      done_ = true;
+      throw frame_too_large("manta: a message of " + std::to_string(body) +
+                            " bytes exceeds the frame limit of " + std::to_string(max_frame_bytes));
+    }
     std::uint32_t size = static_cast<std::uint32_t>(body);
     std::memcpy(out_.data() + start_, &size, sizeof size);
     out_.append(pad8(body) - body, '\0');
+    done_ = true;
   }
 
  private:
@@ -99,10 +109,19 @@ class frame_reader {
     pos_ += n;
     return p;
   }
-  std::string string() {
+  std::string_view string_view() {
     auto n = get<std::uint32_t>();
     auto p = bytes(n);
-    return std::string(reinterpret_cast<const char*>(p), n);
+    return {reinterpret_cast<const char*>(p), n};
+  }
+  std::string string() { return std::string(string_view()); }
+  /// A count of elements of `element_bytes` each that must still fit in the frame:
+  /// a count is never trusted further than the bytes that back it.
+  std::size_t count(std::size_t element_bytes) {
+    auto n = get<std::uint32_t>();
+    if (element_bytes && n > remaining() / element_bytes)
+      throw protocol_error("manta: a count larger than its frame");
+    return n;
   }
   void align() {
     std::size_t a = pad8(pos_ + sizeof(frame_header)) - sizeof(frame_header);
@@ -111,6 +130,7 @@ class frame_reader {
   }
   std::size_t remaining() const { return size_ - pos_; }
   const std::byte* base() const { return base_; }
+  const std::byte* here() const { return base_ + pos_; }
 
  private:
   void need(std::size_t n) const {

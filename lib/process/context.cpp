@@ -157,7 +157,7 @@ std::size_t worker_count() {
 }
 
 void arg_writer::value(const encoded_value& v) {
-  if (v.size > max_inline_bytes) {
+  if (v.size > max_inline_bytes || request_.args.size() + v.size > max_inline_args) {
     // Large arguments are stored once and passed by reference.
     ref_node* n = put_value(v);
     request_.deps.push_back(n);
@@ -188,13 +188,6 @@ std::unordered_map<std::uint64_t, std::string>& type_names() {
 }
 thread_local ref_collector* active_collector = nullptr;
 }  // namespace
-
-std::string demangle(const char* mangled) {
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(mangled, nullptr, nullptr, &status),
-                                           std::free);
-  return status == 0 && d ? std::string(d.get()) : std::string(mangled);
-}
 
 void remember_type_name(std::uint64_t tag, const char* mangled) {
   std::lock_guard lock(type_names_mu);

@@ -13,7 +13,7 @@
 
 #include <manta/detail/core.hpp>
 
-#include "ipc/protocol.hpp"
+#include "ipc/messages.hpp"
 #include "runtime/object_store.hpp"
 
 namespace manta::runtime {
@@ -44,7 +44,7 @@ struct object_entry final : detail::ref_node {
   std::uint64_t size = 0;
   bool large = false;  ///< its bytes live in the arena (or the spill file), not inline
   std::string inline_bytes;
-  std::unique_ptr<ipc::error_info> error;
+  ipc::failure_ptr error;  ///< set when it failed
   std::vector<detail::ref_node*> contained;  ///< counted refs serialised inside
   object_store* store = nullptr;             ///< owner of the extent; null once it is unmapped
   // Where a large object's bytes are: moved only by the store, never while pinned.

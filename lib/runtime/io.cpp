@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "ipc/fd_passing.hpp"
-#include "process/task_wire.hpp"
+#include "process/args_blob.hpp"
 #include "observe/log.hpp"
 #include "runtime/node_runtime.hpp"
 
@@ -183,102 +183,86 @@ void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
   auto r = f.reader();
   switch (static_cast<ipc::msg>(f.type)) {
     case ipc::msg::task_done:
-      on_task_done(w, r);
+      on_task_done(w, ipc::task_done::read(r));
       break;
     case ipc::msg::submit:
-      on_submit(w, r);
+      on_submit(w, ipc::submit::read(r));
       break;
     case ipc::msg::put:
-      on_put(w, r);
+      on_put(w, ipc::put::read(r));
       break;
-    case ipc::msg::add_ref: {
-      auto n = r.get<std::uint32_t>();
-      for (std::uint32_t i = 0; i < n; ++i) {
-        auto id = r.get<object_id>();
+    case ipc::msg::add_ref:
+      for (const auto& id : ipc::add_ref::read(r).ids)
         if (w.holds.emplace(id, false).second && !dir_.acquire(id)) w.holds.erase(id);
-      }
       break;
-    }
-    case ipc::msg::release: {
-      auto n = r.get<std::uint32_t>();
-      for (std::uint32_t i = 0; i < n; ++i) {
-        auto held = w.holds.find(r.get<object_id>());
+    case ipc::msg::release:
+      for (const auto& id : ipc::release::read(r).ids) {
+        auto held = w.holds.find(id);
         if (held == w.holds.end()) continue;
-        if (object_entry* e = dir_.find(held->first)) {
+        if (object_entry* e = dir_.find(id)) {
           if (held->second) store_->unpin(e);
           detail::release(e);
         }
         w.holds.erase(held);
       }
       break;
-    }
-    case ipc::msg::subscribe: {
-      auto n = r.get<std::uint32_t>();
-      for (std::uint32_t i = 0; i < n; ++i) {
-        object_entry* e = dir_.find(r.get<object_id>());
+    case ipc::msg::subscribe:
+      for (const auto& id : ipc::subscribe::read(r).ids) {
+        object_entry* e = dir_.find(id);
         if (!e) continue;
         subscriber s{w.slot, w.generation};
         if (e->status() == state_pending) e->subscribers.push_back(s);
         else notify(s, e);
       }
       break;
-    }
     case ipc::msg::alloc_request: {
-      auto request = r.get<std::uint64_t>();
-      auto size = r.get<std::uint64_t>();
+      auto m = ipc::alloc_request::read(r);
       std::uint64_t off = store::no_extent;
       try {
-        off = store_->allocate(size);  // spills cold objects if it must
-        w.extents[off] = size;
+        off = store_->allocate(m.size);  // spills cold objects if it must
+        w.extents[off] = m.size;
       } catch (const object_store_full& e) {
         MANTA_DEBUG << e.what();  // the worker's task fails with object_store_full
       }
-      {
-        ipc::frame_writer reply(w.out.buffer(), static_cast<std::uint16_t>(ipc::msg::alloc_reply));
-        reply.put(request);
-        reply.put(off == store::no_extent ? ipc::no_offset : off);
-      }
+      ipc::append(w.out.buffer(), ipc::alloc_reply{m.request, off == store::no_extent ? ipc::no_offset : off});
       mark_dirty(w, true);
       break;
     }
     case ipc::msg::free_alloc: {
-      auto off = r.get<std::uint64_t>();
+      auto off = ipc::free_alloc::read(r).offset;
       if (w.extents.erase(off)) store_->deallocate(off);
       break;
     }
-    case ipc::msg::block:
-    case ipc::msg::unblock: {
-      bool block = static_cast<ipc::msg>(f.type) == ipc::msg::block;
-      auto it = tasks_.find(r.get<std::uint64_t>());
-      worker_link::wait_state awaited;
-      if (block) {
-        awaited.needed = r.get<std::uint32_t>();
-        awaited.ids.resize(r.get<std::uint32_t>());
-        for (auto& id : awaited.ids) id = r.get<object_id>();
-      }
+    case ipc::msg::block: {
+      auto m = ipc::block::read(r);
+      auto it = tasks_.find(m.key);
       if (it == tasks_.end() || it->second->worker != w.slot) break;
       task_spec& t = *it->second;
       if (t.actor) break;  // an actor keeps what it holds; its calls wait in line
-      if (block) {
-        stats_[stats_key(t)].blocks = true;
-        lend_cpu(w, t);
-        lend_for(w, awaited.ids);
-        w.awaiting.push_back(std::move(awaited));
-      } else {
-        reclaim_cpu(w, t);
-        if (!w.awaiting.empty()) w.awaiting.pop_back();
-      }
+      worker_link::wait_state awaited;
+      awaited.needed = m.needed;
+      awaited.ids.assign(m.ids.begin(), m.ids.end());
+      stats_[stats_key(t)].blocks = true;
+      lend_cpu(w, t);
+      lend_for(w, awaited.ids);
+      w.awaiting.push_back(std::move(awaited));
+      dispatch();
+      break;
+    }
+    case ipc::msg::unblock: {
+      auto it = tasks_.find(ipc::unblock::read(r).key);
+      if (it == tasks_.end() || it->second->worker != w.slot || it->second->actor) break;
+      reclaim_cpu(w, *it->second);
+      if (!w.awaiting.empty()) w.awaiting.pop_back();
       dispatch();
       break;
     }
     case ipc::msg::find_actor: {
-      auto request = r.get<std::uint64_t>();
-      auto tag = r.get<std::uint64_t>();
-      std::string name = r.string();
+      auto m = ipc::find_actor::read(r);
       object_id id;
       std::string error;
       try {
-        if (detail::ref_node* n = find_actor_locked(name, tag)) {
+        if (detail::ref_node* n = find_actor_locked(std::string(m.name), m.class_tag)) {
           id = n->id;
           // The worker's hold: one per process, however many handles it makes.
           if (!w.holds.emplace(id, false).second) detail::release(n);
@@ -286,45 +270,26 @@ void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
       } catch (const usage_error& e) {
         error = e.what();
       }
-      {
-        ipc::frame_writer reply(w.out.buffer(), static_cast<std::uint16_t>(ipc::msg::actor_reply));
-        reply.put(request);
-        reply.put(id);
-        reply.string(error);
-      }
+      ipc::append(w.out.buffer(), ipc::actor_reply{m.request, id, error});
       mark_dirty(w, true);
       break;
     }
-    case ipc::msg::cancel: {
-      auto n = r.get<std::uint32_t>();
-      for (std::uint32_t i = 0; i < n; ++i)
-        if (object_entry* e = dir_.find(r.get<object_id>()); e && e->producer)
-          cancel_task(e->producer);
+    case ipc::msg::cancel:
+      for (const auto& id : ipc::cancel::read(r).ids)
+        if (object_entry* e = dir_.find(id); e && e->producer) cancel_task(e->producer);
       dispatch();
       break;
-    }
-    case ipc::msg::kill_actor: {
-      auto n = r.get<std::uint32_t>();
-      for (std::uint32_t i = 0; i < n; ++i)
-        if (object_entry* e = dir_.find(r.get<object_id>()); e && e->actor) {
+    case ipc::msg::kill_actor:
+      for (const auto& id : ipc::kill_actor::read(r).ids)
+        if (object_entry* e = dir_.find(id); e && e->actor) {
           e->actor->killed = true;
           actor_dead(*e->actor, actor_error(*e->actor, "was killed by manta::kill"));
         }
       break;
-    }
     case ipc::msg::resources_request: {
-      auto request = r.get<std::uint64_t>();
-      bool available = r.get<std::uint8_t>() != 0;
-      auto m = available ? ledger_.available() : ledger_.totals();
-      {
-        ipc::frame_writer reply(w.out.buffer(), static_cast<std::uint16_t>(ipc::msg::resources_reply));
-        reply.put(request);
-        reply.put(static_cast<std::uint32_t>(m.size()));
-        for (const auto& [name, amount] : m) {
-          reply.string(name);
-          reply.put(amount);
-        }
-      }
+      auto m = ipc::resources_request::read(r);
+      ipc::append(w.out.buffer(),
+                  ipc::resources_reply{m.request, m.available ? ledger_.available() : ledger_.totals()});
       mark_dirty(w, true);
       break;
     }
@@ -333,20 +298,25 @@ void node_runtime::handle_frame(worker_link& w, const ipc::frame& f) {
   }
 }
 
-void node_runtime::on_task_done(worker_link& w, ipc::frame_reader& r) {
-  auto key = r.get<std::uint64_t>();
-  bool ok = r.get<std::uint8_t>() != 0;
-  auto ns = r.get<std::uint64_t>();
-  auto it = tasks_.find(key);
+void node_runtime::on_task_done(worker_link& w, const ipc::task_done& m) {
+  auto it = tasks_.find(m.key);
   if (it == tasks_.end() || it->second->worker != w.slot)
     throw ipc::protocol_error("manta: result for a task this worker was not running");
   task_spec* t = it->second;
+  if (m.ok && m.results.size() != t->returns.size())
+    throw ipc::protocol_error("manta: a task sent the wrong number of results");
+  // Checked before anything changes: a bad value must not leave a half-done task.
+  std::vector<std::vector<object_id>> contained(m.ok ? m.results.size() : 0);
+  for (std::size_t i = 0; i < contained.size(); ++i)
+    contained[i] = read_ids_and_check(w, m.results[i].contained, m.results[i].location);
   if (w.in_flight.front() == t) w.in_flight.pop_front();
   else if (w.in_flight.back() == t) w.in_flight.pop_back();
   else w.in_flight.erase(std::find(w.in_flight.begin(), w.in_flight.end(), t));
   return_cpu(w, *t);
   unpin_inputs(*t);
   t->worker = -1;
+  // An offered extent a buffer took stays the worker's until sealed or freed.
+  if (m.grant_used) t->grant = ipc::no_offset;
   if (t->cancelled) {  // finished before its process was killed: its results failed already
     drop_grant(w, *t);  // an extent it asked for is freed with the process's others
     finish_task(t);
@@ -356,64 +326,62 @@ void node_runtime::on_task_done(worker_link& w, ipc::frame_reader& r) {
     std::unique_ptr<task_spec> owned(t);
     tasks_.erase(t->key);
     drop_grant(w, *t);
-    if (ok) {
-      std::vector<object_id> contained;
-      read_value(w, r, contained);
-      on_constructed(*t->actor, nullptr);
-    } else {
-      ipc::error_info err = ipc::read_error(r);
-      on_constructed(*t->actor, &err);
-    }
+    if (m.ok) on_constructed(*t->actor, nullptr);
+    else on_constructed(*t->actor, &m.error);
     return;
   }
-  if (ok) {
-    for (auto* e : t->returns) {
-      std::vector<object_id> contained;
-      auto loc = read_value(w, r, contained);
-      seal(e, loc, std::move(contained), &w);
-    }
+  if (m.ok) {
+    for (std::size_t i = 0; i < t->returns.size(); ++i)
+      seal(t->returns[i], m.results[i].location, std::move(contained[i]), &w);
     drop_grant(w, *t);
     auto& s = stats_[stats_key(*t)];
-    s.ewma_ns = s.known ? (s.ewma_ns * 7 + static_cast<double>(ns)) / 8 : static_cast<double>(ns);
+    s.ewma_ns = s.known ? (s.ewma_ns * 7 + static_cast<double>(m.ns)) / 8 : static_cast<double>(m.ns);
     s.known = true;
     if (t->num_returns == 1) s.result_bytes = t->returns[0]->size;
     tasks_finished_.fetch_add(1, std::memory_order_relaxed);
     finish_task(t);
   } else {
     drop_grant(w, *t);
-    ipc::error_info err = ipc::read_error(r);
-    bool retry = t->options.retry_exceptions && err.kind == ipc::error_kind::task_exception &&
+    bool retry = t->options.retry_exceptions && m.error.kind == ipc::error_kind::task_exception &&
                  (t->options.max_retries < 0 || t->attempts < t->options.max_retries);
     if (retry) {
       ++t->attempts;
       task_retries_.fetch_add(1, std::memory_order_relaxed);
       enqueue(t);
     } else {
-      fail_task(t, err);
+      fail_task(t, m.error);
     }
   }
   dispatch();
 }
 
-void node_runtime::on_submit(worker_link& w, ipc::frame_reader& r) {
+void node_runtime::on_submit(worker_link& w, const ipc::submit& m) {
   auto t = std::make_unique<task_spec>();
-  auto fid = r.get<std::uint64_t>();
-  t->fn = detail::function_by_id(fid);
+  t->fn = detail::function_by_id(m.function);
   if (!t->fn) throw ipc::protocol_error("manta: nested task names an unknown function");
-  t->parent = r.get<std::uint64_t>();
-  t->mode = static_cast<detail::call_mode>(r.get<std::uint8_t>());
-  t->num_returns = r.get<std::uint16_t>();
-  t->arg_count = r.get<std::uint16_t>();
-  t->options = process::read_options(r);
-  if (auto actor_id = r.get<object_id>(); !actor_id.empty()) {
-    t->actor_entry = dir_.acquire(actor_id);
+  if (m.returns.empty() || m.returns.size() > 0xffff)
+    throw ipc::protocol_error("manta: nested task with a bad number of results");
+  if (m.args.size() > detail::max_inline_args + (1 << 16) * 16)
+    throw ipc::protocol_error("manta: nested task with an oversized argument blob");
+  // Every ref argument must name one of its dependencies: send_task relies on it.
+  process::for_each_arg(m.args, m.arg_count, [&](const process::blob_arg& a) {
+    if (a.kind == process::arg_kind::ref && a.size_or_index >= m.deps.size())
+      throw ipc::protocol_error("manta: nested task argument names no dependency");
+  });
+  t->parent = m.parent;
+  t->mode = m.mode;
+  t->num_returns = static_cast<std::uint16_t>(m.returns.size());
+  t->arg_count = m.arg_count;
+  t->options = m.options;
+  if (!m.actor.empty()) {
+    t->actor_entry = dir_.acquire(m.actor);
     if (!t->actor_entry || !t->actor_entry->actor)
       throw ipc::protocol_error("manta: a method call on an unknown actor");
     t->actor = t->actor_entry->actor;
   }
-  for (std::uint16_t i = 0; i < t->num_returns; ++i) {
-    auto id = r.get<object_id>();
-    if ((id.hi >> 32) != epoch_) throw ipc::protocol_error("manta: nested task with a foreign id");
+  for (const auto& id : m.returns) {
+    if ((id.hi >> 32) != epoch_ || dir_.find(id))
+      throw ipc::protocol_error("manta: nested task with a foreign or reused id");
     object_entry* e = new_entry(id, 2);  // the worker's ref and the task's hold
     w.holds.emplace(id, false);
     dir_.insert(e);
@@ -423,48 +391,54 @@ void node_runtime::on_submit(worker_link& w, ipc::frame_reader& r) {
     t->parent = 0;  // an actor outlives the task that started it
     if (t->returns.size() != 1) throw ipc::protocol_error("manta: an actor constructor with results");
     t->actor = new actor_record();
+    t->actor->class_tag = t->fn->class_tag;
     t->returns[0]->actor = t->actor;
   }
-  auto ndeps = r.get<std::uint32_t>();
-  for (std::uint32_t i = 0; i < ndeps; ++i) {
-    object_entry* e = dir_.acquire(r.get<object_id>());
+  for (const auto& id : m.deps) {
+    object_entry* e = dir_.acquire(id);
     if (!e) throw ipc::protocol_error("manta: nested task depends on an unknown object");
     t->deps.push_back(e);
   }
-  auto ncontained = r.get<std::uint32_t>();
-  for (std::uint32_t i = 0; i < ncontained; ++i)
-    if (object_entry* e = dir_.acquire(r.get<object_id>())) t->contained.push_back(e);
-  t->args = r.string();
+  for (const auto& id : m.contained)
+    if (object_entry* e = dir_.acquire(id)) t->contained.push_back(e);
+  t->args = m.args;
   t->key = ++next_key_;
   task_spec* raw = t.release();
   tasks_.emplace(raw->key, raw);
   if (raw->parent) ++nested_live_;
   if (auto why = admit(*raw)) {  // the nested caller gets the error from get
-    fail_task(raw, {ipc::error_kind::usage, "manta::usage_error", *why, raw->name(), {}, 0, 0});
+    fail_task(raw, ipc::error_info{ipc::error_kind::usage, "manta::usage_error", *why, raw->name(), {}, 0, 0});
     return;
   }
   register_task(raw);
 }
 
-ipc::value_location node_runtime::read_value(worker_link& w, ipc::frame_reader& r,
-                                             std::vector<object_id>& contained) {
-  contained.resize(r.get<std::uint32_t>());
-  for (auto& id : contained) id = r.get<object_id>();
-  auto loc = ipc::read_location(r);
-  if (loc.offset != ipc::no_offset && !w.extents.count(loc.offset))
-    throw ipc::protocol_error("manta: a value in an extent never granted to this worker");
-  return loc;
+std::vector<object_id> node_runtime::read_ids_and_check(worker_link& w, const ipc::id_list& l,
+                                                        const ipc::value_location& loc) {
+  if (loc.offset != ipc::no_offset) {
+    auto x = w.extents.find(loc.offset);
+    if (x == w.extents.end() || loc.size > x->second)
+      throw ipc::protocol_error("manta: a value in an extent never granted to this worker");
+  }
+  if (l.offset == ipc::no_offset) return {l.ids.begin(), l.ids.end()};
+  // A long list of refs lies in an extent of its own, which goes back once read.
+  auto x = w.extents.find(l.offset);
+  if (x == w.extents.end() || l.offset == loc.offset || l.count > x->second / sizeof(object_id))
+    throw ipc::protocol_error("manta: a list of refs in an extent never granted to this worker");
+  std::vector<object_id> ids(l.count);
+  std::memcpy(ids.data(), arena_->base() + l.offset, l.count * sizeof(object_id));
+  w.extents.erase(x);
+  store_->deallocate(l.offset);
+  return ids;
 }
 
-void node_runtime::on_put(worker_link& w, ipc::frame_reader& r) {
-  auto id = r.get<object_id>();
-  if ((id.hi >> 32) != epoch_) throw ipc::protocol_error("manta: put with a foreign id");
-  std::vector<object_id> contained;
-  auto loc = read_value(w, r, contained);
-  object_entry* e = new_entry(id, 1);  // the worker's ref
-  seal(e, loc, std::move(contained), &w);
+void node_runtime::on_put(worker_link& w, const ipc::put& m) {
+  if ((m.id.hi >> 32) != epoch_ || dir_.find(m.id)) throw ipc::protocol_error("manta: put with a foreign or reused id");
+  std::vector<object_id> contained = read_ids_and_check(w, m.contained, m.location);
+  object_entry* e = new_entry(m.id, 1);  // the worker's ref
+  seal(e, m.location, std::move(contained), &w);
   store_->pin(e);  // it knows where the bytes lie while it holds them; just sealed, so in place
-  w.holds.emplace(id, true);
+  w.holds.emplace(m.id, true);
   dir_.insert(e);
 }
 

@@ -352,7 +352,7 @@ detail::object_data node_runtime::fetch(detail::ref_node* n, detail::deadline un
     if (!wait_until([e] { return e->status() != state_pending; }, watch, until))
       throw timeout_error("manta: get timed out before the object was ready");
   }
-  if (e->status() == state_failed) ipc::throw_error(*e->error);
+  if (e->status() == state_failed) ipc::throw_error(e->error->describe());
   store_->pin(e);  // brings it back from the spill file if it is there
   return {e->type_tag, e->data(), e->size};
 }
@@ -410,53 +410,53 @@ std::optional<std::string> node_runtime::admit(task_spec& t) {
 void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) {
   call_guard guard(*this);
   if (!r.function) throw usage_error("manta: submit without a function");
+  // Everything is checked before the request's refs are taken over: on a throw,
+  // the request still holds them and gives them back.
+  if (r.actor && r.actor->epoch != epoch_)
+    throw usage_error("manta: an actor_handle from another runtime was used");
+  for (auto* d : r.deps)
+    if (d->epoch != epoch_) throw usage_error("manta: a task argument is an object_ref from another runtime");
   auto t = std::make_unique<task_spec>();
   t->fn = r.function;
   t->mode = r.mode;
   t->num_returns = r.num_returns;
   t->arg_count = r.arg_count;
   t->options = std::move(r.options);
+  if (auto why = admit(*t)) throw usage_error(*why);
+  std::vector<object_entry*> contained;
+  try {
+    for (const auto& id : r.contained) contained.push_back(static_cast<object_entry*>(ref_from_id(id)));
+  } catch (...) {
+    for (auto* e : contained) detail::release(e);
+    throw;
+  }
+  t->contained = std::move(contained);
   t->args = std::move(r.args);
   if (r.actor) {
-    if (r.actor->epoch != epoch_) {
-      detail::release(std::exchange(r.actor, nullptr));
-      throw usage_error("manta: an actor_handle from another runtime was used");
-    }
     t->actor_entry = static_cast<object_entry*>(std::exchange(r.actor, nullptr));
     t->actor = t->actor_entry->actor;
   }
-  if (auto why = admit(*t)) {
-    for (auto* d : r.deps) detail::release(d);
-    r.deps.clear();
-    throw usage_error(*why);
-  }
   t->deps.reserve(r.deps.size());
-  for (auto*& d : r.deps) {
-    if (d->epoch != epoch_) {
-      for (auto* rest : r.deps) detail::release(rest);  // the ones not moved yet
-      r.deps.clear();
-      throw usage_error("manta: a task argument is an object_ref from another runtime");
-    }
-    t->deps.push_back(static_cast<object_entry*>(std::exchange(d, nullptr)));
-  }
+  for (auto*& d : r.deps) t->deps.push_back(static_cast<object_entry*>(std::exchange(d, nullptr)));
   r.deps.clear();
-  for (const auto& id : r.contained) t->contained.push_back(static_cast<object_entry*>(ref_from_id(id)));
   for (std::uint16_t i = 0; i < r.num_returns; ++i) {
     object_entry* e = new_entry(next_object_id(), 2);  // the caller's ref and the task's hold
     dir_.insert(e);
     t->returns.push_back(e);
-    returns[i] = e;
   }
   if (t->mode == detail::call_mode::construct) {
-    // Handles must find their actor from the moment remote() returns.
+    // Handles must find their actor, and its class, from the moment remote() returns.
     t->actor = new actor_record();
+    t->actor->class_tag = t->fn->class_tag;
     t->returns[0]->actor = t->actor;
     if (!t->options.name.empty()) {
       scheduler_lock lock(*this);
       if (actor_names_.count(t->options.name)) {
-        detail::release(t->returns[0]);  // the caller never gets it
-        delete t->actor;
+        // The caller never gets the entry: dropping the task's holds frees it.
         t->returns[0]->actor = nullptr;
+        delete t->actor;
+        t->actor = nullptr;
+        detail::release(t->returns[0]);
         throw usage_error("manta: an actor named '" + t->options.name + "' already exists");
       }
       // Reserve the name now, so the check and the name are one step.
@@ -464,6 +464,7 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
       actor_names_.emplace(t->options.name, t->returns[0]);
     }
   }
+  for (std::uint16_t i = 0; i < r.num_returns; ++i) returns[i] = t->returns[i];
   t->key = ++next_key_;
   submissions_.push(t.release());
   take_submissions();

@@ -25,7 +25,7 @@
 #include <manta/registry.hpp>
 
 #include "ipc/channel.hpp"
-#include "ipc/protocol.hpp"
+#include "ipc/messages.hpp"
 #include "process/context.hpp"
 #include "process/control.hpp"
 #include "process/zygote.hpp"
@@ -244,7 +244,10 @@ class node_runtime final : public process::process_context {
             worker_link* from);
   /// Fails the task's results and everything depending on them; the task itself
   /// ends unless `in_flight` (it ends when its process reports or dies).
-  void fail_task(task_spec* t, const ipc::error_info& error, bool in_flight = false);
+  void fail_task(task_spec* t, ipc::failure_ptr error, bool in_flight = false);
+  void fail_task(task_spec* t, ipc::error_info error, bool in_flight = false) {
+    fail_task(t, ipc::make_failure(std::move(error)), in_flight);
+  }
   /// The task waits on its arguments no more: it leaves their dependents (but `except`'s).
   void stop_waiting(task_spec* t, object_entry* except = nullptr);
   void finish_task(task_spec* t);
@@ -302,12 +305,13 @@ class node_runtime final : public process::process_context {
   bool begin_borrowed_poll(std::uint32_t& idle_word);
   void end_borrowed_poll(std::uint32_t idle_word);
   void handle_frame(worker_link& w, const ipc::frame& f);
-  void on_task_done(worker_link& w, ipc::frame_reader& r);
-  void on_submit(worker_link& w, ipc::frame_reader& r);
-  void on_put(worker_link& w, ipc::frame_reader& r);
-  /// A value a worker sent: the refs inside it, then where it lies (checked).
-  ipc::value_location read_value(worker_link& w, ipc::frame_reader& r,
-                                 std::vector<object_id>& contained);
+  void on_task_done(worker_link& w, const ipc::task_done& m);
+  void on_submit(worker_link& w, const ipc::submit& m);
+  void on_put(worker_link& w, const ipc::put& m);
+  /// The refs inside a value a worker sent (read from the arena when it put a
+  /// long list there); checks that the value lies where it may.
+  std::vector<object_id> read_ids_and_check(worker_link& w, const ipc::id_list& ids,
+                                            const ipc::value_location& loc);
   void forward_output(worker_link& w, bool err, bool drain);
   void wake_io();
 
@@ -334,6 +338,8 @@ class node_runtime final : public process::process_context {
   std::unordered_map<std::uint64_t, task_spec*> tasks_;
   std::deque<task_spec*> ready_;
   std::vector<int> dirty_;
+  std::vector<ipc::value_location> send_args_;  ///< scratch for send_task
+  std::vector<object_id> send_ids_;
   std::unordered_map<std::uint64_t, fn_stats> stats_;
   std::uint64_t next_process_number_ = 0;
   resource_ledger ledger_;

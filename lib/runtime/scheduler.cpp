@@ -28,7 +28,7 @@ void node_runtime::register_task(task_spec* t) {
   // be left in their dependents once it is gone).
   for (auto* e : t->deps)
     if (e->status() == state_failed) {
-      fail_task(t, ipc::chained(*e->error, t->name()));
+      fail_task(t, ipc::chain_failure(e->error, t->name()));
       return;
     }
   for (auto* e : t->deps)
@@ -271,44 +271,37 @@ void node_runtime::send_task(worker_link& w, task_spec& t) {
   take_cpu(w, t);
   t.worker = w.slot;
   w.in_flight.push_back(&t);
-  {
-    ipc::frame_writer f(w.out.buffer(), static_cast<std::uint16_t>(ipc::msg::run_task));
-    f.put(t.key);
-    f.put(t.fn->id);
-    f.put(static_cast<std::uint8_t>(t.mode));
-    f.put(t.num_returns);
-    f.put(t.arg_count);
-    f.string(t.options.name);
-    for (auto* e : t.returns) f.put(e->id);
-    // Offer an extent the size of the function's last large result, so the
-    // worker can write its result without asking for room first.
-    std::uint64_t grant_size = 0;
-    if (t.num_returns == 1) {
-      auto it = stats_.find(stats_key(t));
-      if (it != stats_.end() && it->second.result_bytes > detail::max_inline_bytes) {
-        std::uint64_t off = store_->try_allocate(it->second.result_bytes);  // never spills for it
-        if (off != store::no_extent) {
-          t.grant = off;
-          grant_size = it->second.result_bytes;
-          w.extents[off] = grant_size;
-        }
+  // Offer an extent the size of the function's last large result, so the
+  // worker can write its result without asking for room first.
+  std::uint64_t grant_size = 0;
+  if (t.num_returns == 1) {
+    auto it = stats_.find(stats_key(t));
+    if (it != stats_.end() && it->second.result_bytes > detail::max_inline_bytes) {
+      std::uint64_t off = store_->try_allocate(it->second.result_bytes);  // never spills for it
+      if (off != store::no_extent) {
+        t.grant = off;
+        grant_size = it->second.result_bytes;
+        w.extents[off] = grant_size;
       }
     }
-    f.put(t.grant);
-    f.put(grant_size);
-    const std::vector<int>& gpus = t.mode == detail::call_mode::construct ? t.actor->gpus : t.gpus;
-    f.put(static_cast<std::uint16_t>(gpus.size()));
-    for (int g : gpus) f.put(static_cast<std::int32_t>(g));
-    f.put(static_cast<std::uint16_t>(t.actor ? t.actor->options.max_concurrency : 1));
-    process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
-      if (a.kind == process::arg_kind::value) {
-        ipc::write_location(f, a.tag, a.size_or_index, ipc::no_offset, a.bytes);
-      } else {
-        object_entry* e = t.deps.at(a.size_or_index);
-        ipc::write_location(f, e->type_tag, e->size, e->offset, e->inline_bytes.data());
-      }
-    });
   }
+  send_args_.clear();
+  process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
+    if (a.kind == process::arg_kind::value) {
+      send_args_.push_back({a.tag, a.size_or_index, ipc::no_offset, reinterpret_cast<const std::byte*>(a.bytes)});
+    } else {
+      object_entry* e = t.deps[a.size_or_index];  // checked at submission
+      send_args_.push_back({e->type_tag, e->size, e->offset,
+                            reinterpret_cast<const std::byte*>(e->inline_bytes.data())});
+    }
+  });
+  send_ids_.clear();
+  for (auto* e : t.returns) send_ids_.push_back(e->id);
+  const std::vector<int>& gpus = t.mode == detail::call_mode::construct ? t.actor->gpus : t.gpus;
+  ipc::append(w.out.buffer(),
+              ipc::run_task{t.key, t.fn->id, t.mode,
+                            static_cast<std::uint16_t>(t.actor ? t.actor->options.max_concurrency : 1),
+                            t.options.name, send_ids_, t.grant, grant_size, gpus, send_args_});
   // A worker that is running other tasks sends their results soon; its next
   // tasks can ride with the flush that follows. An idle worker needs them now.
   mark_dirty(w, was_waiting);
@@ -348,7 +341,7 @@ void node_runtime::notify(const subscriber& s, object_entry* e) {
   if (s.slot < 0 || s.slot >= slots_in_use_.load()) return;
   worker_link& w = *workers_[s.slot];
   if (w.generation != s.generation || w.st != worker_link::state::alive) return;
-  std::unique_ptr<ipc::error_info> unavailable;
+  ipc::object_ready m{e->id};
   if (e->status() == state_ready) {
     // The worker keeps where it lies while it holds the object: pin it for that
     // long. One it no longer holds needs no answer (holding it again, it asks again).
@@ -359,22 +352,18 @@ void node_runtime::notify(const subscriber& s, object_entry* e) {
         store_->pin(e);
         held->second = true;
       } catch (const std::exception& x) {
-        unavailable = std::make_unique<ipc::error_info>(ipc::error_info{
-            ipc::error_kind::object_store_full, "manta::object_store_full", x.what(), {}, {}, 0, 0});
+        m.ok = false;
+        m.error = {ipc::error_kind::object_store_full, "manta::object_store_full", x.what(), {}, {}, 0, 0};
       }
     }
+    if (m.ok)
+      m.location = {e->type_tag, e->size, e->offset,
+                    reinterpret_cast<const std::byte*>(e->inline_bytes.data())};
+  } else {
+    m.ok = false;
+    m.error = e->error->describe();
   }
-  {
-    ipc::frame_writer f(w.out.buffer(), static_cast<std::uint16_t>(ipc::msg::object_ready));
-    f.put(e->id);
-    if (e->status() == state_ready && !unavailable) {
-      f.put(std::uint8_t{1});
-      ipc::write_location(f, e->type_tag, e->size, e->offset, e->inline_bytes.data());
-    } else {
-      f.put(std::uint8_t{2});
-      ipc::write_error(f, unavailable ? *unavailable : *e->error);
-    }
-  }
+  ipc::append(w.out.buffer(), m);
   mark_dirty(w, true);
 }
 
@@ -402,9 +391,9 @@ void node_runtime::seal(object_entry* e, const ipc::value_location& loc,
   e->subscribers.clear();
 }
 
-void node_runtime::fail_task(task_spec* first, const ipc::error_info& first_error, bool in_flight) {
-  // Failure flows to every task waiting on the results, each chaining its name.
-  std::vector<std::pair<task_spec*, ipc::error_info>> work{{first, first_error}};
+void node_runtime::fail_task(task_spec* first, ipc::failure_ptr first_error, bool in_flight) {
+  // Failure flows to every task waiting on the results, each adding its name.
+  std::vector<std::pair<task_spec*, ipc::failure_ptr>> work{{first, std::move(first_error)}};
   std::vector<actor_record*> unblocked;  // actors whose queue loses a call not sent yet
   while (!work.empty()) {
     auto [t, err] = std::move(work.back());
@@ -414,12 +403,12 @@ void node_runtime::fail_task(task_spec* first, const ipc::error_info& first_erro
       unblocked.push_back(t->actor);
     for (auto* e : t->returns) {
       if (e->status() != state_pending) continue;
-      e->error = std::make_unique<ipc::error_info>(err);
+      e->error = err;
       publish(e, state_failed);
       for (auto* d : e->dependents) {
         if (d->pending_deps <= 0) continue;  // already failed through another argument
         stop_waiting(d, e);  // e's list is cleared below
-        work.emplace_back(d, ipc::chained(err, d->name()));
+        work.emplace_back(d, ipc::chain_failure(err, d->name()));
       }
       e->dependents.clear();
       for (const auto& s : e->subscribers) notify(s, e);

@@ -10,45 +10,48 @@
 
 #include "ipc/channel.hpp"
 #include "ipc/frame.hpp"
-#include "ipc/protocol.hpp"
+#include "ipc/messages.hpp"
 #include "process/args_blob.hpp"
-#include "process/task_wire.hpp"
 
 namespace {
 
 using namespace manta;
 
-/// Decodes a frame's body the ways the driver and workers do, by type.
+/// Decodes a frame's body as the message its type names, as the driver and
+/// workers do.
 void decode(const ipc::frame& f) {
   auto r = f.reader();
-  switch (f.type % 8) {
-    case 0:  // a task_done with results
-      r.get<std::uint64_t>();
-      r.get<std::uint8_t>();
-      for (int i = 0; i < 4 && r.remaining(); ++i) {
-        auto n = r.get<std::uint32_t>();
-        for (std::uint32_t k = 0; k < n; ++k) r.get<object_id>();
-        ipc::read_location(r);
-      }
-      break;
-    case 1:
-      ipc::read_error(r);
-      break;
-    case 2: {  // a submit: options, ids, argument blob
-      r.get<std::uint64_t>();
-      r.get<std::uint8_t>();
-      r.get<std::uint16_t>();
-      auto nargs = r.get<std::uint16_t>();
-      process::read_options(r);
-      std::string blob = r.string();
-      process::for_each_arg(blob, nargs, [](const process::blob_arg&) {});
+  switch (static_cast<ipc::msg>(f.type % 32)) {
+    case ipc::msg::run_task: {
+      std::vector<ipc::value_location> args;
+      ipc::run_task::read(r, args);
       break;
     }
-    case 3:
-      while (r.remaining()) ipc::read_location(r);
+    case ipc::msg::object_ready:
+      ipc::object_ready::read(r);
+      break;
+    case ipc::msg::resources_reply:
+      ipc::resources_reply::read(r);
+      break;
+    case ipc::msg::task_done:
+      ipc::task_done::read(r);
+      break;
+    case ipc::msg::submit: {
+      auto m = ipc::submit::read(r);
+      process::for_each_arg(m.args, m.arg_count, [](const process::blob_arg&) {});
+      break;
+    }
+    case ipc::msg::put:
+      ipc::put::read(r);
+      break;
+    case ipc::msg::block:
+      ipc::block::read(r);
+      break;
+    case ipc::msg::find_actor:
+      ipc::find_actor::read(r);
       break;
     default:
-      while (r.remaining()) r.string();
+      ipc::release::read(r);
   }
 }
 

@@ -26,6 +26,9 @@ struct task_options {
   int max_concurrency = 1;
 };
 
+/// Bytes of arguments a request carries inline at most.
+inline constexpr std::size_t max_inline_args = 4 << 20;
+
 /// How a worker applies the callable to the arguments.
 enum class call_mode : std::uint8_t {
   call = 0,       ///< f(args...)
@@ -35,7 +38,18 @@ enum class call_mode : std::uint8_t {
   method = 4,     ///< call a method on the actor the process hosts
 };
 
+/// A task on its way to the runtime. It holds one count of every ref it names
+/// (its arguments, the actor) until the runtime takes them over, so a request
+/// abandoned part way (an argument that throws while encoded) leaks nothing.
 struct task_request {
+  task_request() = default;
+  task_request(const task_request&) = delete;
+  task_request& operator=(const task_request&) = delete;
+  ~task_request() {
+    for (auto* d : deps) release(d);
+    release(actor);
+  }
+
   const function_info* function = nullptr;
   call_mode mode = call_mode::call;
   std::uint16_t num_returns = 1;
@@ -48,7 +62,8 @@ struct task_request {
 };
 
 /// Appends arguments to a request. Values above max_inline_bytes are put into the
-/// arena first and passed as refs, so a large argument is written once.
+/// arena first and passed as refs, so a large argument is written once; so are
+/// values once the request holds max_inline_args bytes, so it always fits a message.
 class arg_writer {
  public:
   explicit arg_writer(task_request& request) noexcept : request_(request) {}

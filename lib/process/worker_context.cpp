@@ -1,0 +1,456 @@
+// process/worker_context.cpp: refs, requests and the reader role of a worker
+// process. A thread that must wait for the driver either reads the pipe itself
+// (the reader role, one thread at a time, the lock released while it sleeps) or
+// waits for the reader to signal that frames were handled.
+#include "process/worker_context.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include <manta/errors.hpp>
+
+#include "observe/log.hpp"
+#include "process/task_runner.hpp"
+
+namespace manta::process {
+
+using detail::ref_node;
+
+worker_context::worker_context(const worker_config& c)
+    : cfg_(c),
+      slot_(c.control->slots[c.slot]),
+      id_hi_((std::uint64_t{c.epoch} << 32) | (c.process_number & 0xffffffffu)),
+      in_(c.from_driver),
+      out_(c.to_driver,
+           {&c.control->slots[c.slot].outbox_seq, &c.control->driver_seq, &c.control->driver_idle,
+            c.doorbell},
+           /*wait_when_full=*/true) {
+  ipc::set_nonblocking(c.from_driver, true);
+  ipc::set_nonblocking(c.to_driver, true);
+}
+
+// ---- refs
+
+local_node* worker_context::checked(ref_node* node) {
+  if (node->epoch != cfg_.epoch) throw usage_error("manta: an object_ref from another runtime was used");
+  return static_cast<local_node*>(node);
+}
+
+local_node* worker_context::new_node(const object_id& id) {
+  auto* n = new local_node();
+  n->id = id;
+  n->epoch = cfg_.epoch;
+  n->count.store(1, std::memory_order_relaxed);
+  table_.emplace(id, n);
+  return n;
+}
+
+local_node* worker_context::counted_node(const object_id& id, bool& fresh) {
+  auto it = table_.find(id);
+  fresh = it == table_.end();
+  if (fresh) return new_node(id);
+  it->second->count.fetch_add(1, std::memory_order_relaxed);
+  return it->second;
+}
+
+ref_node* worker_context::ref_from_id(const object_id& id) {
+  lock_t lock(mu_);
+  if ((id.hi >> 32) != cfg_.epoch) throw usage_error("manta: an object_ref from another runtime was used");
+  bool fresh;
+  local_node* n = counted_node(id, fresh);
+  if (fresh) {
+    send(ipc::add_ref{{&id, 1}});  // the driver counts one hold per process
+    flush_if_reader_sleeps();
+  }
+  return n;
+}
+
+void worker_context::release(ref_node* node) noexcept {
+  lock_t lock(mu_);
+  if (node->count.load(std::memory_order_acquire) != 0) return;  // taken again meanwhile
+  table_.erase(node->id);
+  try {
+    send(ipc::release{{&node->id, 1}});
+    flush_if_reader_sleeps();
+  } catch (...) {
+  }
+  delete node;
+}
+
+// ---- values
+
+ipc::id_list worker_context::place_ids(const std::vector<object_id>& ids, bool in_arena) {
+  if (!in_arena && ids.size() <= ipc::max_inline_ids) return {ids, ipc::no_offset, ids.size()};
+  std::uint64_t off = allocate(ids.size() * sizeof(object_id));
+  std::memcpy(cfg_.arena_base + off, ids.data(), ids.size() * sizeof(object_id));
+  return {{}, off, ids.size()};
+}
+
+ref_node* worker_context::put(const detail::encoded_value& v) {
+  ipc::id_list contained = place_ids(v.contained);
+  std::uint64_t offset = ipc::no_offset;
+  if (v.size > detail::max_inline_bytes) {
+    try {
+      offset = allocate(v.size);
+    } catch (...) {
+      if (contained.offset != ipc::no_offset) give_back(contained.offset);
+      throw;
+    }
+    std::memcpy(cfg_.arena_base + offset, v.data(), v.size);
+  }
+  lock_t lock(mu_);
+  local_node* n = new_node(next_id());
+  n->ready = true;
+  n->type_tag = v.type_tag;
+  n->size = v.size;
+  n->offset = offset;
+  if (offset == ipc::no_offset) n->inline_bytes.assign(static_cast<const char*>(v.data()), v.size);
+  send(ipc::put{n->id, contained, {n->type_tag, n->size, n->offset,
+                                    reinterpret_cast<const std::byte*>(n->inline_bytes.data())}});
+  flush_if_reader_sleeps();
+  return n;
+}
+
+detail::extent worker_context::allocate_extent(std::size_t bytes) {
+  std::uint64_t off;
+  task_invocation* inv = current_invocation();
+  if (!inv || !inv->grant().take(bytes, off)) off = allocate(bytes);
+  return {off, cfg_.arena_base + off, bytes, cfg_.epoch};
+}
+
+void worker_context::free_extent(const detail::extent& x) noexcept {
+  if (x.epoch == cfg_.epoch) give_back(x.offset);
+}
+
+void worker_context::give_back(std::uint64_t offset) noexcept {
+  lock_t lock(mu_);
+  try {
+    send(ipc::free_alloc{offset});
+    flush_if_reader_sleeps();
+  } catch (...) {
+  }
+}
+
+ref_node* worker_context::put_extent(std::uint64_t tag, const detail::extent& x, std::size_t size) {
+  if (x.epoch != cfg_.epoch || size > x.size)
+    throw usage_error("manta: a buffer from another runtime, or larger than its extent, was put");
+  lock_t lock(mu_);
+  local_node* n = new_node(next_id());
+  n->ready = true;
+  n->type_tag = tag;
+  n->size = size;
+  n->offset = x.offset;
+  send(ipc::put{n->id, {}, {tag, size, x.offset, nullptr}});
+  flush_if_reader_sleeps();
+  return n;
+}
+
+std::uint64_t worker_context::allocate(std::size_t size) {
+  lock_t lock(mu_);
+  std::uint64_t request = ++next_request_;
+  send(ipc::alloc_request{request, size});
+  flush();
+  await(lock, detail::no_deadline, [&] { return alloc_replies_.count(request) > 0; }, arrivals::queue);
+  std::uint64_t offset = alloc_replies_.extract(request).mapped();
+  if (offset == ipc::no_offset)
+    throw object_store_full("manta: no room in the object store for a value of " + std::to_string(size) +
+                            " bytes");
+  return offset;
+}
+
+// ---- waiting
+
+void worker_context::subscribe(lock_t&, const std::vector<local_node*>& ns) {
+  std::vector<object_id> ids;
+  for (auto* n : ns)
+    if (!n->ready && !n->subscribed) {
+      n->subscribed = true;
+      ids.push_back(n->id);
+    }
+  if (!ids.empty()) send(ipc::subscribe{ids});
+}
+
+detail::object_data worker_context::fetch(ref_node* node, detail::deadline until) {
+  lock_t lock(mu_);
+  auto* n = checked(node);
+  if (!n->ready) {
+    subscribe(lock, {n});
+    auto ready = [n] { return n->ready; };
+    bool ok = task_depth() > 0 && !actor_host_ && !threaded_
+                  ? blocked_await(lock, until, ready, {n}, 1)
+                  : await(lock, until, ready, arrivals::queue);
+    if (!ok) throw timeout_error("manta: get timed out waiting for an object");
+  }
+  if (n->failed) ipc::throw_error(n->error);
+  const std::byte* data = n->offset == ipc::no_offset
+                              ? reinterpret_cast<const std::byte*>(n->inline_bytes.data())
+                              : cfg_.arena_base + n->offset;
+  return {n->type_tag, data, n->size};
+}
+
+void worker_context::wait(std::span<ref_node* const> nodes, std::size_t num, detail::deadline until,
+                          std::vector<bool>& ready) {
+  lock_t lock(mu_);
+  std::vector<local_node*> ns;
+  ns.reserve(nodes.size());
+  for (auto* node : nodes) ns.push_back(checked(node));
+  auto enough = [&] {
+    std::size_t k = 0;
+    for (auto* n : ns) k += n->ready;
+    return k >= num;
+  };
+  if (!enough()) {
+    subscribe(lock, ns);
+    if (task_depth() > 0 && !actor_host_ && !threaded_) blocked_await(lock, until, enough, ns, num);
+    else await(lock, until, enough, arrivals::queue);
+  }
+  ready.assign(ns.size(), false);
+  for (std::size_t i = 0; i < ns.size(); ++i) ready[i] = ns[i]->ready;
+}
+
+template <class Pred>
+bool worker_context::await(lock_t& lock, detail::deadline until, Pred done, arrivals what) {
+  for (;;) {
+    if (done()) return true;
+    if (what == arrivals::nest && !runnable_.empty()) {
+      // Queued while this process waited for something else: they came first,
+      // and the driver counts them as running here.
+      std::string body = std::move(runnable_.front());
+      runnable_.pop_front();
+      lock.unlock();
+      run_task_body(*this, body);
+      lock.lock();
+      continue;
+    }
+    if (detail::clock::now() >= until) return false;
+    if (!reading_) read_once(lock, until);
+    else if (until == detail::no_deadline) changed_.wait(lock);
+    else changed_.wait_until(lock, until);
+  }
+}
+
+template <class Pred>
+bool worker_context::blocked_await(lock_t& lock, detail::deadline until, Pred done,
+                                   const std::vector<local_node*>& awaited, std::size_t needed) {
+  const std::uint64_t key = current_task_key();
+  // The ids are a hint for the driver (which producers to run here first): a
+  // bounded number of them, with the count needed among them lowered to match.
+  std::vector<object_id> ids;
+  for (auto* n : awaited) {
+    if (ids.size() == ipc::max_awaited_ids) break;
+    ids.push_back(n->id);
+  }
+  std::size_t left_out = awaited.size() - ids.size();
+  std::size_t hint = needed > left_out ? needed - left_out : 1;
+  hint = std::min(hint, std::max<std::size_t>(ids.size(), 1));
+  send(ipc::block{key, static_cast<std::uint32_t>(hint), ids});
+  bool ok = await(lock, until, done, arrivals::nest);
+  send(ipc::unblock{key});
+  return ok;
+}
+
+void worker_context::read_once(lock_t& lock, detail::deadline until) {
+  reading_ = true;
+  flush();  // what this process wrote goes out before it sleeps
+  std::uint32_t seen = slot_.inbox_seq.load(std::memory_order_acquire);
+  lock.unlock();
+  auto st = in_.read_some();
+  if (st == ipc::inbox::status::empty) {
+    if (!spin_.wait_for_change(slot_.inbox_seq, seen)) {
+      int ms = -1;
+      if (until != detail::no_deadline) {
+        auto left = until - detail::clock::now();
+        ms = static_cast<int>(std::max<std::int64_t>(
+            0, std::chrono::duration_cast<std::chrono::milliseconds>(left).count() + 1));
+      }
+      ipc::wait_readable(in_.fd(), ms);
+    }
+    st = in_.read_some();
+  }
+  lock.lock();
+  reading_ = false;
+  if (st == ipc::inbox::status::closed) ::_exit(0);  // the driver is gone
+  try {
+    ipc::frame f;
+    while (in_.next(f)) handle(f);
+  } catch (const ipc::protocol_error& e) {
+    MANTA_ERROR << "worker: " << e.what();
+    ::_exit(3);
+  }
+  changed_.notify_all();
+}
+
+void worker_context::handle(const ipc::frame& f) {
+  auto r = f.reader();
+  switch (static_cast<ipc::msg>(f.type)) {
+    case ipc::msg::run_task:
+      // Copied: the receive buffer moves as more is read.
+      runnable_.emplace_back(reinterpret_cast<const char*>(f.body), f.size);
+      break;
+    case ipc::msg::object_ready: {
+      auto m = ipc::object_ready::read(r);
+      auto it = table_.find(m.id);
+      if (it == table_.end() || it->second->ready) break;
+      local_node* n = it->second;
+      if (m.ok) {
+        n->type_tag = m.location.type_tag;
+        n->size = m.location.size;
+        n->offset = m.location.offset;
+        if (m.location.inline_data)
+          n->inline_bytes.assign(reinterpret_cast<const char*>(m.location.inline_data), m.location.size);
+      } else {
+        n->error = std::move(m.error);
+        n->failed = true;
+      }
+      n->ready = true;
+      break;
+    }
+    case ipc::msg::alloc_reply: {
+      auto m = ipc::alloc_reply::read(r);
+      alloc_replies_[m.request] = m.offset;
+      break;
+    }
+    case ipc::msg::actor_reply: {
+      auto m = ipc::actor_reply::read(r);
+      actor_replies_[m.request] = {m.id, std::string(m.error)};
+      break;
+    }
+    case ipc::msg::resources_reply: {
+      auto m = ipc::resources_reply::read(r);
+      resources_replies_[m.request] = std::move(m.amounts);
+      break;
+    }
+    default:
+      throw ipc::protocol_error("unexpected message " + std::to_string(f.type));
+  }
+}
+
+bool worker_context::take_task(std::string& body, detail::deadline until) {
+  lock_t lock(mu_);
+  if (!await(lock, until, [&] { return !runnable_.empty(); }, arrivals::queue)) return false;
+  body = std::move(runnable_.front());
+  runnable_.pop_front();
+  return true;
+}
+
+void worker_context::run(const std::string& body) { run_task_body(*this, body); }
+
+void worker_context::read_forever() {
+  lock_t lock(mu_);
+  for (;;) await(lock, detail::no_deadline, [] { return false; }, arrivals::queue);
+}
+
+// ---- sending
+
+void worker_context::flush() {
+  if (!out_.empty() && !out_.flush()) ::_exit(0);  // the driver is gone
+  unflushed_since_ = {};
+}
+
+void worker_context::flush_if_reader_sleeps() {
+  if (reading_) flush();
+}
+
+void worker_context::send_done(const ipc::task_done& done, bool flush_now) {
+  lock_t lock(mu_);
+  send(done);
+  // Results batch while more tasks wait here; they go out when this process
+  // next waits, or once 64 KiB or 200 µs have gathered.
+  auto now = std::chrono::steady_clock::now();
+  if (unflushed_since_ == std::chrono::steady_clock::time_point{}) unflushed_since_ = now;
+  if (flush_now || threaded_ || reading_ || out_.pending() > (64u << 10) ||
+      now - unflushed_since_ > std::chrono::microseconds(200))
+    flush();
+}
+
+void worker_context::submit(detail::task_request&& r, ref_node** returns) {
+  lock_t lock(mu_);
+  std::vector<local_node*> outs;
+  std::vector<object_id> out_ids, dep_ids;
+  for (std::uint16_t i = 0; i < r.num_returns; ++i) {
+    outs.push_back(new_node(next_id()));
+    out_ids.push_back(outs.back()->id);
+  }
+  for (auto* d : r.deps) dep_ids.push_back(d->id);
+  try {
+    send(ipc::submit{r.function->id, current_task_key(), r.mode, r.arg_count, r.options,
+                     r.actor ? r.actor->id : object_id{}, out_ids, dep_ids, r.contained, r.args});
+  } catch (const ipc::frame_too_large& e) {
+    for (auto* n : outs) {
+      table_.erase(n->id);
+      delete n;
+    }
+    throw usage_error(std::string("manta: task(...).remote: ") + e.what());
+  }
+  // Sent now: the caller may compute for a long time before it next calls manta,
+  // and its children should run meanwhile.
+  flush();
+  for (std::size_t i = 0; i < outs.size(); ++i) returns[i] = outs[i];
+  // The request's own refs (its arguments, the actor) go when the caller drops
+  // it: the driver holds them now.
+}
+
+template <class Reply, class M>
+Reply worker_context::request(lock_t& lock, M m, std::unordered_map<std::uint64_t, Reply>& replies) {
+  m.request = ++next_request_;
+  send(m);
+  flush();
+  await(lock, detail::no_deadline, [&] { return replies.count(m.request) > 0; }, arrivals::queue);
+  return std::move(replies.extract(m.request).mapped());
+}
+
+ref_node* worker_context::find_actor(const std::string& name, std::uint64_t class_tag) {
+  lock_t lock(mu_);
+  auto [id, error] = request(lock, ipc::find_actor{0, class_tag, name}, actor_replies_);
+  if (!error.empty()) throw usage_error(error);
+  if (id.empty()) return nullptr;
+  // The driver holds it for this process now (once, however many refs it makes).
+  bool fresh;
+  return counted_node(id, fresh);
+}
+
+std::map<std::string, double> worker_context::resources(bool available_only) {
+  lock_t lock(mu_);
+  return request(lock, ipc::resources_request{0, available_only}, resources_replies_);
+}
+
+void worker_context::kill_actor(ref_node* node) {
+  lock_t lock(mu_);
+  send(ipc::kill_actor{{&checked(node)->id, 1}});
+  flush();
+}
+
+void worker_context::cancel_producer(ref_node* node) {
+  lock_t lock(mu_);
+  send(ipc::cancel{{&checked(node)->id, 1}});
+  flush();
+}
+
+std::vector<int> worker_context::gpu_ids() {
+  lock_t lock(mu_);
+  return gpu_ids_;
+}
+
+void worker_context::use_gpus(std::span<const std::int32_t> ids) {
+  lock_t lock(mu_);
+  gpu_ids_.assign(ids.begin(), ids.end());
+  std::string list;
+  for (int g : gpu_ids_) list += (list.empty() ? "" : ",") + std::to_string(g);
+  ::setenv("CUDA_VISIBLE_DEVICES", list.c_str(), 1);
+}
+
+void worker_context::record_depth(std::size_t depth, std::uint64_t key) {
+  // The driver reads the first max_depth keys after a crash to know which tasks
+  // were running (and charge them a retry); deeper ones count as queued.
+  if (threaded_) return;
+  if (key && depth < static_cast<std::size_t>(max_depth))
+    slot_.running[depth].store(key, std::memory_order_relaxed);
+  std::size_t d = key ? depth + 1 : depth;
+  slot_.depth.store(static_cast<std::uint32_t>(std::min<std::size_t>(d, max_depth)),
+                    std::memory_order_release);
+}
+
+}  // namespace manta::process
