@@ -12,7 +12,7 @@ namespace {
 constexpr std::size_t max_fds = 8;
 }
 
-bool send_packet(int sock, const void* data, std::size_t len, std::span<const int> fds) {
+send_status send_packet(int sock, const void* data, std::size_t len, std::span<const int> fds) {
   iovec iov{const_cast<void*>(data), len};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -28,8 +28,9 @@ bool send_packet(int sock, const void* data, std::size_t len, std::span<const in
     std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
   }
   for (;;) {
-    if (::sendmsg(sock, &msg, MSG_NOSIGNAL) >= 0) return true;
-    if (errno != EINTR) return false;
+    if (::sendmsg(sock, &msg, MSG_NOSIGNAL) >= 0) return send_status::sent;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return send_status::full;
+    if (errno != EINTR) return send_status::gone;
   }
 }
 

@@ -8,8 +8,10 @@
 
 namespace manta::ipc {
 
-/// Sends `len` bytes and `fds` as one packet. @returns false if the peer is gone.
-bool send_packet(int sock, const void* data, std::size_t len, std::span<const int> fds = {});
+enum class send_status { sent, full, gone };
+/// Sends `len` bytes and `fds` as one packet: `full` when a non-blocking
+/// socket has no room now, `gone` when the peer is.
+send_status send_packet(int sock, const void* data, std::size_t len, std::span<const int> fds = {});
 
 /// Receives one packet; fds arrive close-on-exec.
 /// @returns bytes received, 0 on EOF, -1 if nothing is ready (non-blocking socket).

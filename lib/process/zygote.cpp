@@ -1,7 +1,7 @@
 // process/zygote.cpp: the zygote's loop. It forks processes on request, hands
 // their pipes to the driver, reaps them and reports how they ended. When the
-// driver goes away (socket EOF, or its death signal) it kills every child, reaps
-// them and exits, so nothing is left behind.
+// driver goes away (socket EOF, or its pidfd says it exited) it kills every
+// child, reaps them and exits, so nothing is left behind.
 #include "process/zygote.hpp"
 
 #include <fcntl.h>
@@ -10,11 +10,13 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <exception>
 #include <set>
 #include <system_error>
 
@@ -33,103 +35,143 @@ namespace {
   ::_exit(0);
 }
 
-/// Dies with the parent; returns false if the parent is already gone.
+/// The children of the zygote die with it.
 bool follow_parent(pid_t parent) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   return ::getppid() == parent;
 }
 
-void spawn(const zygote_config& cfg, int sock, int sigfd, const zygote_request& req,
-           std::set<pid_t>& children) {
-  int to_proc[2], from_proc[2], out[2], err[2];
-  ipc::make_pipe(to_proc, cfg.pipe_capacity);
-  ipc::make_pipe(from_proc, cfg.pipe_capacity);
-  ipc::make_pipe(out, 0);
-  ipc::make_pipe(err, 0);
-  pid_t self = ::getpid();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(sock);
-    ::close(sigfd);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (!follow_parent(self)) ::_exit(0);
-    ::close(to_proc[1]);
-    ::close(from_proc[0]);
-    ::close(out[0]);
-    ::close(err[0]);
-    ::dup2(out[1], STDOUT_FILENO);
-    ::dup2(err[1], STDERR_FILENO);
-    ::close(out[1]);
-    ::close(err[1]);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) {
-      ::dup2(devnull, STDIN_FILENO);
-      ::close(devnull);
-    }
-    std::setvbuf(stdout, nullptr, _IOLBF, 0);
-    worker_config w;
-    w.from_driver = to_proc[0];
-    w.to_driver = from_proc[1];
-    w.doorbell = cfg.doorbell_write;
-    w.slot = req.slot;
-    w.process_number = req.process_number;
-    w.epoch = cfg.epoch;
-    w.num_workers = cfg.num_workers;
-    w.control = cfg.control;
-    w.arena_base = cfg.arena_base;
-    run_worker(w);
+/// A descriptor that becomes readable when the driver process exits, whichever
+/// of its threads forked the zygote (PR_SET_PDEATHSIG would follow that thread:
+/// `init` from a thread that later exits would take the zygote with it).
+int watch_driver(pid_t driver) {
+  int fd = static_cast<int>(::syscall(SYS_pidfd_open, driver, 0));
+  if (fd < 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // an old kernel: the next best thing
+  } else {
+    ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   }
-  int fds[4] = {to_proc[1], from_proc[0], out[0], err[0]};
+  return fd;
+}
+
+/// Forks one process for `req`; a fork that fails is reported, not thrown.
+void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const zygote_request& req,
+           std::set<pid_t>& children) {
+  int to_proc[2] = {-1, -1}, from_proc[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+  auto close_all = [&] {
+    for (int fd : {to_proc[0], to_proc[1], from_proc[0], from_proc[1], out[0], out[1], err[0], err[1]})
+      if (fd >= 0) ::close(fd);
+  };
+  int error = 0;
+  try {
+    ipc::make_pipe(to_proc, cfg.pipe_capacity);
+    ipc::make_pipe(from_proc, cfg.pipe_capacity);
+    ipc::make_pipe(out, 0);
+    ipc::make_pipe(err, 0);
+  } catch (const std::system_error& e) {
+    error = e.code().value();  // most likely EMFILE: too many processes for the open-file limit
+  }
+  pid_t pid = -1;
+  if (!error) {
+    pid_t self = ::getpid();
+    pid = ::fork();
+    if (pid < 0) error = errno;
+    if (pid == 0) {
+      ::close(sock);
+      ::close(sigfd);
+      if (driver_fd >= 0) ::close(driver_fd);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      if (!follow_parent(self)) ::_exit(0);
+      ::close(to_proc[1]);
+      ::close(from_proc[0]);
+      ::close(out[0]);
+      ::close(err[0]);
+      ::dup2(out[1], STDOUT_FILENO);
+      ::dup2(err[1], STDERR_FILENO);
+      ::close(out[1]);
+      ::close(err[1]);
+      int devnull = ::open("/dev/null", O_RDONLY);
+      if (devnull >= 0) {
+        ::dup2(devnull, STDIN_FILENO);
+        ::close(devnull);
+      }
+      std::setvbuf(stdout, nullptr, _IOLBF, 0);
+      worker_config w;
+      w.from_driver = to_proc[0];
+      w.to_driver = from_proc[1];
+      w.doorbell = cfg.doorbell_write;
+      w.slot = req.slot;
+      w.process_number = req.process_number;
+      w.epoch = cfg.epoch;
+      w.num_workers = cfg.num_workers;
+      w.control = cfg.control;
+      w.arena_base = cfg.arena_base;
+      run_worker(w);
+    }
+  }
   if (pid > 0) {
     children.insert(pid);
     zygote_reply r{zygote_reply::spawned, req.slot, pid, 0};
-    if (!ipc::send_packet(sock, &r, sizeof r, fds)) stop_all(children);
+    int fds[4] = {to_proc[1], from_proc[0], out[0], err[0]};
+    if (ipc::send_packet(sock, &r, sizeof r, fds) != ipc::send_status::sent) stop_all(children);
   } else {
-    zygote_reply r{zygote_reply::exited, req.slot, -1, errno};
-    ipc::send_packet(sock, &r, sizeof r);
+    zygote_reply r{zygote_reply::exited, req.slot, -1, error};
+    if (ipc::send_packet(sock, &r, sizeof r) != ipc::send_status::sent) stop_all(children);
   }
-  for (int fd : {to_proc[0], to_proc[1], from_proc[0], from_proc[1], out[0], out[1], err[0], err[1]})
-    ::close(fd);
+  close_all();
 }
 
 [[noreturn]] void zygote_main(const zygote_config& cfg, int sock, pid_t driver) {
-  if (!follow_parent(driver)) ::_exit(0);
-  if (cfg.doorbell_read >= 0) ::close(cfg.doorbell_read);
-  ::prctl(PR_SET_NAME, "manta-zygote");
-  sigset_t chld;
-  sigemptyset(&chld);
-  sigaddset(&chld, SIGCHLD);
-  ::sigprocmask(SIG_BLOCK, &chld, nullptr);
-  int sigfd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  // Nothing may unwind out of here: below is init(), and below that the user's
+  // main, which must never run a second time in this process.
   std::set<pid_t> children;
-  for (;;) {
-    pollfd p[2] = {{sock, POLLIN, 0}, {sigfd, POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      stop_all(children);
-    }
-    if (p[1].revents) {
-      signalfd_siginfo info;
-      while (::read(sigfd, &info, sizeof info) > 0) {
+  try {
+    int driver_fd = watch_driver(driver);
+    if (::getppid() != driver) ::_exit(0);  // the driver is gone already
+    if (cfg.doorbell_read >= 0) ::close(cfg.doorbell_read);
+    ::prctl(PR_SET_NAME, "manta-zygote");
+    // Children are reaped here, whatever the driver set: SIG_IGN would reap them
+    // unseen (no exit status, so crashed tasks would never fail).
+    ::signal(SIGCHLD, SIG_DFL);
+    // Ctrl-C is for the driver to handle; its processes go when it goes.
+    ::signal(SIGINT, SIG_IGN);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    ::sigprocmask(SIG_BLOCK, &chld, nullptr);
+    int sigfd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    for (;;) {
+      pollfd p[3] = {{sock, POLLIN, 0}, {sigfd, POLLIN, 0}, {driver_fd, POLLIN, 0}};
+      if (::poll(p, driver_fd >= 0 ? 3 : 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        stop_all(children);
       }
-      for (;;) {
-        int status = 0;
-        pid_t pid = ::waitpid(-1, &status, WNOHANG);
-        if (pid <= 0) break;
-        children.erase(pid);
-        zygote_reply r{zygote_reply::exited, -1, pid, status};
-        if (!ipc::send_packet(sock, &r, sizeof r)) stop_all(children);
+      if (driver_fd >= 0 && p[2].revents) stop_all(children);  // the driver exited
+      if (p[1].revents) {
+        signalfd_siginfo info;
+        while (::read(sigfd, &info, sizeof info) > 0) {
+        }
+        for (;;) {
+          int status = 0;
+          pid_t pid = ::waitpid(-1, &status, WNOHANG);
+          if (pid <= 0) break;
+          children.erase(pid);
+          zygote_reply r{zygote_reply::exited, -1, pid, status};
+          if (ipc::send_packet(sock, &r, sizeof r) != ipc::send_status::sent) stop_all(children);
+        }
+      }
+      if (p[0].revents) {
+        zygote_request req{};
+        long n = ipc::recv_packet(sock, &req, sizeof req, nullptr);
+        if (n <= 0) stop_all(children);  // the driver is gone
+        if (n != sizeof req || req.kind == zygote_request::stop) stop_all(children);
+        if (req.kind == zygote_request::spawn_worker) spawn(cfg, sock, sigfd, driver_fd, req, children);
       }
     }
-    if (p[0].revents) {
-      zygote_request req{};
-      long n = ipc::recv_packet(sock, &req, sizeof req, nullptr);
-      if (n <= 0) stop_all(children);  // the driver is gone
-      if (n != sizeof req || req.kind == zygote_request::stop) stop_all(children);
-      if (req.kind == zygote_request::spawn_worker) spawn(cfg, sock, sigfd, req, children);
-    }
+  } catch (...) {
+    stop_all(children);
   }
 }
 

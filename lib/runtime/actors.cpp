@@ -1,15 +1,16 @@
-// runtime/actors.cpp: actors. Each lives in a process of its own, forked by the
-// zygote into a host slot; its calls wait in its queue and go to that process in
-// submission order once their arguments are ready. A host that dies is
-// restarted (constructor re-run) up to max_restarts; calls in flight are retried
-// up to max_task_retries, otherwise they fail with actor_died_error, as every
-// call does once the actor is dead. Everything here runs with mu_ held.
-#include <signal.h>
-
+// runtime/actors.cpp: actors. Each lives in a process of its own, forked into a
+// host slot once its constructor's arguments are sealed and its resources are
+// free; its calls wait in its queue and go to that process in submission order
+// once their arguments are ready. A host that dies is restarted (constructor
+// re-run) up to max_restarts; calls in flight are retried up to
+// max_task_retries, otherwise they fail with actor_died_error, as every call
+// does once the actor is dead.
 #include <algorithm>
 
+#include <manta/errors.hpp>
+
 #include "observe/log.hpp"
-#include "runtime/node_runtime.hpp"
+#include "runtime/scheduler.hpp"
 
 namespace manta::runtime {
 
@@ -18,55 +19,63 @@ actor_record::~actor_record() {
   for (auto* e : ctor_contained) detail::release(e);
 }
 
-ipc::error_info node_runtime::actor_error(const actor_record& a, const std::string& what) const {
+ipc::error_info scheduler::actor_error(const actor_record& a, const std::string& what) const {
   return {ipc::error_kind::actor_died, "manta::actor_died_error", "manta: actor " + a.label + " " + what,
           a.label, {}, 0, 0};
 }
 
-void node_runtime::create_actor(task_spec* ctor, object_entry* entry) {
-  actor_record& a = *ctor->actor;
-  actors_.emplace_back(&a);
-  a.entry = entry;
+void scheduler::create_actor(task_spec* ctor) {
+  actors_.push_back(std::move(ctor->new_actor));
+  actor_record& a = *actors_.back();
+  a.entry = ctor->returns.at(0);
   a.class_tag = ctor->fn->class_tag;
   a.name = ctor->options.name;
   a.label = detail::actor_class_name(a.class_tag) + (a.name.empty() ? "" : " '" + a.name + "'");
   a.options = ctor->options;
   a.need = ctor->need;
+  a.pending_ctor = ctor;
+  // The entry stands for the actor: handles point to it; it is never read as a value.
+  dir_.publish(a.entry, state_ready);
+  if (!a.name.empty()) {
+    // Reserved at submission from the driver; from a worker, reserved here.
+    auto [it, fresh] = actor_names_.emplace(a.name, a.entry);
+    if (fresh) {
+      detail::acquire(a.entry);  // a named actor lives until kill or shutdown
+    } else if (it->second != a.entry) {
+      a.name.clear();  // the name belongs to the other actor
+      actor_dead(a, actor_error(a, "could not start: the name is taken"));
+    }
+  }
+}
+
+void scheduler::start_constructed(task_spec* ctor) {
+  actor_record& a = *ctor->actor;
+  a.pending_ctor = nullptr;
   a.ctor = ctor->fn;
   a.ctor_args = std::move(ctor->args);
   a.ctor_arg_count = ctor->arg_count;
-  a.ctor_deps = std::move(ctor->deps);
+  a.ctor_deps = std::move(ctor->deps);  // sealed, so it waits on none of them
   a.ctor_contained = std::move(ctor->contained);
-  // The entry stands for the actor: handles point to it; it is never read as a value.
-  publish(entry, state_ready);
-  tasks_.erase(ctor->key);
-  delete ctor;  // its hold on the entry goes; the caller's handle keeps it
-  if (!a.name.empty()) {
-    // Reserved at submission from the driver; from a worker, reserved here.
-    auto [it, fresh] = actor_names_.emplace(a.name, entry);
-    if (fresh) {
-      detail::acquire(entry);  // a named actor lives until kill or shutdown
-    } else if (it->second != entry) {
-      a.name.clear();  // the name belongs to the other actor
-      actor_dead(a, actor_error(a, "could not start: the name is taken"));
-      return;
-    }
-  }
+  graph_.remove(ctor);  // its hold on the entry goes; the caller's handle keeps it
   start_actor(a);
 }
 
-int node_runtime::free_host_slot() {
-  for (int i = static_cast<int>(pool_size_); i < process::max_slots; ++i) {
-    worker_link& w = *workers_[i];
-    if (w.st != worker_link::state::dead || w.actor || w.stdout_fd >= 0 || w.stderr_fd >= 0) continue;
-    if (i >= slots_in_use_.load()) slots_in_use_.store(i + 1, std::memory_order_release);
-    return i;
+int scheduler::free_host_slot() {
+  for (std::size_t i = cfg_.pool_size; i < cfg_.max_slots; ++i) {
+    worker_link& w = *links_[i];
+    if (w.st != worker_link::state::dead || w.actor) continue;
+    if (static_cast<int>(i) >= slots_in_use()) slots_in_use_.store(static_cast<int>(i) + 1, std::memory_order_release);
+    return static_cast<int>(i);
   }
   return -1;
 }
 
-void node_runtime::start_actor(actor_record& a) {
+void scheduler::start_actor(actor_record& a) {
   if (a.st == actor_record::state::dead) return;
+  if (lost_) {
+    actor_dead(a, *lost_);
+    return;
+  }
   if (!a.holds_resources) {
     if (!ledger_.fits(a.need)) {  // waits until tasks or actors give some back
       a.st = actor_record::state::waiting;
@@ -81,28 +90,28 @@ void node_runtime::start_actor(actor_record& a) {
     a.host = free_host_slot();
     if (a.host < 0) {
       actor_dead(a, actor_error(a, "could not start: every process slot is taken (" +
-                                       std::to_string(process::max_slots) + ")"));
+                                       std::to_string(cfg_.max_slots) + ")"));
       return;
     }
-    workers_[a.host]->actor = &a;
+    link(a.host).actor = &a;
   }
   a.st = actor_record::state::starting;
   request_spawn(a.host);
 }
 
-void node_runtime::start_waiting_actors() {
+void scheduler::start_waiting_actors() {
   std::vector<actor_record*> waiting = std::move(waiting_actors_);
   waiting_actors_.clear();
   for (actor_record* a : waiting) start_actor(*a);
 }
 
-void node_runtime::send_constructor(worker_link& host, actor_record& a) {
+void scheduler::send_constructor(worker_link& host, actor_record& a) {
   if (a.st == actor_record::state::dead) {  // killed while its process started
-    ::kill(host.pid, SIGKILL);
+    host_.kill(host.pid);
     return;
   }
-  auto* t = new task_spec();
-  t->key = ++next_key_;
+  auto t = std::make_unique<task_spec>();
+  t->key = new_key();
   t->fn = a.ctor;
   t->mode = detail::call_mode::construct;
   t->arg_count = a.ctor_arg_count;
@@ -113,59 +122,53 @@ void node_runtime::send_constructor(worker_link& host, actor_record& a) {
     detail::acquire(e);
     t->deps.push_back(e);
   }
-  object_entry* result = new_entry(next_object_id(), 1);  // the constructor's (unit) result
+  object_entry* result = dir_.create(dir_.next_id(), 1);  // the constructor's (unit) result
   dir_.insert(result);
   t->returns.push_back(result);
-  tasks_.emplace(t->key, t);
+  task_spec* raw = t.get();
+  graph_.add(std::move(t));
   a.st = actor_record::state::constructing;
-  send_task(host, *t);
+  send_task(host, *raw);
   mark_dirty(host, true);
 }
 
-void node_runtime::on_constructed(actor_record& a, const ipc::error_info* error) {
+void scheduler::constructed(actor_record& a, const ipc::error_info* error) {
   if (a.st == actor_record::state::dead) return;
   if (error) {
-    actor_dead(a, actor_error(a, "could not be constructed: " + error->remote_type + ": " +
-                                     error->message));
+    actor_dead(a, actor_error(a, "could not be constructed: " + error->remote_type + ": " + error->message));
     return;
   }
   a.st = actor_record::state::alive;
   actor_dispatch(a);
 }
 
-void node_runtime::actor_dispatch(actor_record& a) {
+void scheduler::actor_dispatch(actor_record& a) {
   if (a.st != actor_record::state::alive) return;
-  worker_link& w = *workers_[a.host];
+  worker_link& w = link(a.host);
   bool sent = false;
   // In order: a call whose arguments are not ready holds back the ones behind it.
-  while (!a.queue.empty() && a.queue.front()->pending_deps == 0) {
-    task_spec* t = a.queue.front();
-    a.queue.pop_front();
-    send_task(w, *t);  // sent at once if the actor was idle, else with its next result's flush
+  while (!a.queue.empty() && a.queue.front()->pending_deps == 0 && a.st == actor_record::state::alive) {
+    send_task(w, *a.queue.front());  // at once if the actor was idle, else with its next result's flush
     sent = true;
   }
   // With several calls at once, one in flight may wait for one of these: send now.
   if (sent && a.options.max_concurrency > 1) mark_dirty(w, true);
 }
 
-void node_runtime::actor_host_died(worker_link& w, const std::string& cause) {
+void scheduler::actor_host_died(worker_link& w, const std::string& cause) {
   actor_record& a = *w.actor;
-  std::vector<task_spec*> lost(w.in_flight.begin(), w.in_flight.end());
-  w.in_flight.clear();
-  close_link(w);
-
+  std::vector<task_spec*> lost(w.place.in_flight.begin(), w.place.in_flight.end());
   std::vector<task_spec*> calls;
   for (task_spec* t : lost) {
+    graph_.leave(t);
     t->worker = -1;
     unpin_inputs(*t);
-    if (t->mode == detail::call_mode::construct) {
-      tasks_.erase(t->key);
-      delete t;
-    } else {
-      calls.push_back(t);
-    }
+    t->grant = ipc::no_offset;  // freed with the process's other extents
+    if (t->mode == detail::call_mode::construct) graph_.remove(t);
+    else calls.push_back(t);
   }
-  const bool restart = a.st != actor_record::state::dead && !stopping_.load() &&
+  close_link(w);
+  const bool restart = a.st != actor_record::state::dead && !stopping_ && !lost_ &&
                        (a.options.max_restarts < 0 || a.restarts < a.options.max_restarts);
   if (restart) {
     ++a.restarts;
@@ -176,7 +179,7 @@ void node_runtime::actor_host_died(worker_link& w, const std::string& cause) {
       if (a.options.max_task_retries < 0 || t->attempts < a.options.max_task_retries) {
         ++t->attempts;
         task_retries_.fetch_add(1, std::memory_order_relaxed);
-        a.queue.push_front(t);
+        graph_.enter(t, a.queue, /*at_front=*/true);
       } else {
         fail_task(t, actor_error(a, "died (" + cause + ") while running this call"));
       }
@@ -191,29 +194,19 @@ void node_runtime::actor_host_died(worker_link& w, const std::string& cause) {
                                                                        " restarts)"
                                                                  : ""));
   for (task_spec* t : calls) fail_task(t, why);
-  actor_dead(a, why);
-  // The process is gone: its slot and resources go back.
   w.actor = nullptr;
-  a.host = -1;
-  if (a.holds_resources) {
-    ledger_.give(a.need, a.gpus);
-    a.gpus.clear();
-    a.holds_resources = false;
-  }
+  a.host = -1;  // the process is gone: its slot and resources go back
+  actor_dead(a, why);
   dispatch();
-  retire_actors();
+  forget_actors();
 }
 
-void node_runtime::actor_dead(actor_record& a, const ipc::error_info& why) {
+void scheduler::actor_dead(actor_record& a, const ipc::error_info& why) {
   if (a.st != actor_record::state::dead) {
     a.st = actor_record::state::dead;
     a.death = std::make_unique<ipc::error_info>(why);
-    std::deque<task_spec*> queued = std::move(a.queue);
-    a.queue.clear();
-    for (task_spec* t : queued) {
-      t->actor = nullptr;  // already out of the queue
-      fail_task(t, why);
-    }
+    if (task_spec* ctor = std::exchange(a.pending_ctor, nullptr)) graph_.remove(ctor);
+    while (!a.queue.empty()) fail_task(a.queue.front(), why);  // each leaves the queue
     waiting_actors_.erase(std::remove(waiting_actors_.begin(), waiting_actors_.end(), &a),
                           waiting_actors_.end());
     if (!a.name.empty()) {
@@ -226,36 +219,46 @@ void node_runtime::actor_dead(actor_record& a, const ipc::error_info& why) {
     }
   }
   if (a.host >= 0) {
-    worker_link& w = *workers_[a.host];
-    // Its calls in flight fail when the zygote reports the process gone.
-    if (w.st == worker_link::state::alive && w.pid > 0) ::kill(w.pid, SIGKILL);
-    return;
+    worker_link& w = link(a.host);
+    // Its calls in flight fail when its process is reported gone.
+    if (w.st != worker_link::state::dead) {
+      host_.kill(w.pid);
+      return;
+    }
+    w.actor = nullptr;  // asked for, never started: the slot is free again
+    a.host = -1;
   }
-  if (a.holds_resources) {
-    ledger_.give(a.need, a.gpus);
-    a.gpus.clear();
-    a.holds_resources = false;
-  }
+  give_back_resources(a);
 }
 
-void node_runtime::retire_actors() {
-  for (actor_record* a = nullptr; retired_.try_pop(a);) {
-    a->entry = nullptr;
-    if (a->st != actor_record::state::dead) actor_dead(*a, actor_error(*a, "has no handle left"));
-  }
+void scheduler::give_back_resources(actor_record& a) {
+  if (!a.holds_resources) return;
+  ledger_.give(a.need, a.gpus);
+  a.gpus.clear();
+  a.holds_resources = false;
+}
+
+void scheduler::retire(actor_record* a) {
+  a->entry = nullptr;
+  if (a->st != actor_record::state::dead) actor_dead(*a, actor_error(*a, "has no handle left"));
+  forget_actors();
+}
+
+void scheduler::forget_actors() {
   // A record goes once no handle and no process refer to it.
   actors_.erase(std::remove_if(actors_.begin(), actors_.end(),
-                               [](const auto& a) { return !a->entry && a->host < 0; }),
+                               [](const auto& a) { return !a->entry && a->host < 0 && !a->pending_ctor; }),
                 actors_.end());
 }
 
-detail::ref_node* node_runtime::find_actor(const std::string& name, std::uint64_t class_tag) {
-  call_guard guard(*this);
-  scheduler_lock lock(*this);
-  return find_actor_locked(name, class_tag);
+bool scheduler::reserve_name(const std::string& name, object_entry* entry) {
+  if (actor_names_.count(name)) return false;
+  detail::acquire(entry);
+  actor_names_.emplace(name, entry);
+  return true;
 }
 
-detail::ref_node* node_runtime::find_actor_locked(const std::string& name, std::uint64_t class_tag) {
+object_entry* scheduler::find_actor(const std::string& name, std::uint64_t class_tag) {
   auto it = actor_names_.find(name);
   if (it == actor_names_.end()) return nullptr;
   const actor_record& a = *it->second->actor;
@@ -266,19 +269,10 @@ detail::ref_node* node_runtime::find_actor_locked(const std::string& name, std::
   return it->second;
 }
 
-void node_runtime::kill_actor(detail::ref_node* node) {
-  call_guard guard(*this);
-  object_entry* e = checked(node);
-  scheduler_lock lock(*this);
+void scheduler::kill_actor(object_entry* e) {
   if (!e->actor) throw usage_error("manta: kill of something that is not an actor");
   e->actor->killed = true;
   actor_dead(*e->actor, actor_error(*e->actor, "was killed by manta::kill"));
-}
-
-std::map<std::string, double> node_runtime::resources(bool available_only) {
-  call_guard guard(*this);
-  scheduler_lock lock(*this);
-  return available_only ? ledger_.available() : ledger_.totals();
 }
 
 }  // namespace manta::runtime

@@ -2,11 +2,52 @@
 // is never revived by one thread while another frees it.
 #include "runtime/directory.hpp"
 
+#include "ipc/futex.hpp"
+
 namespace manta::runtime {
 
 object_entry::~object_entry() {
   if (store) store->forget(this);
   for (auto* c : contained) detail::release(c);
+}
+
+namespace {
+// Entries freed on this thread and not deleted yet; non-null while a loop drains it.
+thread_local std::vector<object_entry*>* freeing = nullptr;
+}  // namespace
+
+void free_entry(object_entry* e) noexcept {
+  if (freeing) {  // inside the loop below: it deletes this one in turn
+    freeing->push_back(e);
+    return;
+  }
+  std::vector<object_entry*> pending{e};
+  freeing = &pending;
+  while (!pending.empty()) {
+    object_entry* next = pending.back();
+    pending.pop_back();
+    delete next;  // releasing what it contains may append to `pending`
+  }
+  freeing = nullptr;
+}
+
+object_entry* directory::create(const object_id& id, std::int64_t count) const {
+  auto* e = new object_entry();
+  e->id = id;
+  e->epoch = epoch_;
+  e->count.store(count, std::memory_order_relaxed);
+  e->store = store_;
+  return e;
+}
+
+void directory::publish(object_entry* e, std::uint32_t status) {
+  std::uint32_t old = e->state.exchange(status, std::memory_order_acq_rel);
+  if (old & state_waiters) wake_all();
+}
+
+void directory::wake_all() {
+  seal_seq_.fetch_add(1, std::memory_order_acq_rel);
+  ipc::futex_wake_all(seal_seq_);
 }
 
 void directory::insert(object_entry* e) { map_.insert({e->id, e}); }

@@ -1,6 +1,7 @@
 // runtime/directory.hpp: the node's object directory. Each object is an entry,
 // reference-counted by everything that holds it (driver object_refs, pending
-// tasks, worker processes, objects that contain it); freed at zero.
+// tasks, worker processes, objects that contain it); freed at zero, and the
+// refs it contains with it, iteratively (release_entry).
 #pragma once
 
 #include <atomic>
@@ -53,10 +54,8 @@ struct object_entry final : detail::ref_node {
   /// Readers that need the bytes in place, or spilled_mark while they are on disk.
   std::atomic<std::int32_t> pins{0};
   std::atomic<std::uint64_t> last_use{0};  ///< when it was last pinned or sealed
-  // Guarded by the runtime's scheduler mutex while pending.
-  task_spec* producer = nullptr;  ///< the task that will seal it, until it is done
   actor_record* actor = nullptr;   ///< set when this entry is an actor (what handles point to)
-  std::vector<task_spec*> dependents;
+  /// Workers to tell when it is sealed (the scheduler's, under its mutex).
   std::vector<subscriber> subscribers;
 
   static constexpr std::int32_t spilled_mark = INT32_MIN;
@@ -66,16 +65,41 @@ struct object_entry final : detail::ref_node {
   const std::byte* data() const noexcept {
     return large ? store->base() + offset : reinterpret_cast<const std::byte*>(inline_bytes.data());
   }
+
+ private:
+  // The task graph's edges: only it reads or writes them (task_graph.hpp).
+  friend class task_graph;
+  task_spec* producer_ = nullptr;  ///< the task that will seal it, until it is done
+  std::vector<task_spec*> dependents_;  ///< tasks waiting for it to be sealed
 };
+
+class task_graph;
+
+/// Frees `e` (its count reached zero and it left the directory), then whatever
+/// that released in turn, without recursing: a list of 100,000 nested refs
+/// goes in a loop, not 100,000 stack frames.
+void free_entry(object_entry* e) noexcept;
 
 class directory {
  public:
+  /// @param epoch  the runtime's generation, in every id and entry it makes
+  /// @param store  where entries' large bytes live (null in unit tests)
+  directory(std::uint32_t epoch, object_store* store) : epoch_(epoch), store_(store) {}
+
+  std::uint32_t epoch() const noexcept { return epoch_; }
+  /// A fresh id of this runtime.
+  object_id next_id() noexcept {
+    return {std::uint64_t{epoch_} << 32, next_seq_.fetch_add(1, std::memory_order_relaxed) + 1};
+  }
+  /// A new pending entry for `id` holding `count` counts (not inserted yet).
+  object_entry* create(const object_id& id, std::int64_t count) const;
+
   void insert(object_entry* e);
   /// The entry for `id` with one more count, or nullptr.
   object_entry* acquire(const object_id& id);
   /// The entry for `id` without counting (the caller holds it some other way).
   object_entry* find(const object_id& id);
-  /// Removes `e` if its count is still zero; then the caller deletes it. Every
+  /// Removes `e` if its count is still zero; then the caller frees it. Every
   /// entry is inserted before any ref to it escapes, so `false` also covers a
   /// concurrent releaser that erased it first.
   bool erase_if_unused(object_entry* e);
@@ -83,11 +107,23 @@ class directory {
   /// Removes and returns every entry (at shutdown).
   std::vector<object_entry*> take_all();
 
+  // ---- sealing: user threads sleep on one futex word until entries change
+  /// Sets `e`'s state (ready or failed); wakes sleepers if any wait on it.
+  void publish(object_entry* e, std::uint32_t status);
+  /// Wakes every sleeper (to look again, e.g. at shutdown).
+  void wake_all();
+  /// The word sleepers wait on: read it, check, then wait while it is unchanged.
+  std::atomic<std::uint32_t>& seal_word() noexcept { return seal_seq_; }
+
  private:
   struct id_compare {
     static std::size_t hash(const object_id& id) { return std::hash<object_id>{}(id); }
     static bool equal(const object_id& a, const object_id& b) { return a == b; }
   };
+  std::uint32_t epoch_;
+  object_store* store_;
+  std::atomic<std::uint64_t> next_seq_{0};
+  std::atomic<std::uint32_t> seal_seq_{0};
   tbb::concurrent_hash_map<object_id, object_entry*, id_compare> map_;
 };
 

@@ -5,22 +5,18 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/wait.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <optional>
 #include <random>
-#include <system_error>
 
 #include <manta/errors.hpp>
 
-#include "ipc/fd_passing.hpp"
 #include "ipc/futex.hpp"
 #include "observe/log.hpp"
-#include "process/args_blob.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -30,17 +26,6 @@
 #endif
 
 namespace manta::runtime {
-
-task_spec::~task_spec() {
-  if (inputs_pinned)
-    for (auto* e : deps)
-      if (e->store) e->store->unpin(e);
-  for (auto* e : deps) detail::release(e);
-  for (auto* e : contained) detail::release(e);
-  for (auto* e : returns) detail::release(e);
-  detail::release(actor_entry);
-}
-
 namespace {
 std::uint32_t random_epoch() {
   std::random_device rd;
@@ -56,8 +41,30 @@ void ignore_sigpipe() {
   if (old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
 }
 
+/// Each process costs the driver four descriptors (two pipes, its stdout and
+/// stderr): hundreds of actors need more than the usual soft limit of 1024.
+void raise_fd_limit() {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
+  rlimit want = r;
+  want.rlim_cur = std::min<rlim_t>(r.rlim_max, rlim_t{1} << 20);
+  ::setrlimit(RLIMIT_NOFILE, &want);
+}
+
 constexpr std::uint64_t ev_zygote = 5;
 }  // namespace
+
+node_runtime::call_guard::call_guard(node_runtime& r, bool needs_node) : r_(r) {
+  r_.active_calls_.fetch_add(1, std::memory_order_acq_rel);
+  if (r_.stopping_.load(std::memory_order_acquire)) {
+    r_.active_calls_.fetch_sub(1, std::memory_order_acq_rel);
+    throw usage_error("manta: the runtime is shutting down");
+  }
+  if (needs_node && r_.lost_.load(std::memory_order_acquire)) {
+    r_.active_calls_.fetch_sub(1, std::memory_order_acq_rel);
+    throw node_died_error("manta: " + r_.lost_why_ + "; call manta::shutdown() and manta::init() to start again");
+  }
+}
 
 node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epoch()) {
   int n = opts.num_workers > 0 ? opts.num_workers
@@ -76,15 +83,16 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
     custom.erase(it);
   }
   if (gpus < 0) gpus = detect_gpus();  // before the zygote: probing forks a child
-  ledger_ = resource_ledger(cpus, gpus, std::move(custom));
   pool_size_ = static_cast<std::size_t>(n);
   ignore_sigpipe();
+  raise_fd_limit();
 
   // The arena and control block are mapped before the fork so every process inherits them.
   arena_ = std::make_unique<store::arena>(opts.object_store_bytes ? opts.object_store_bytes
                                                                    : store::arena::default_size());
   store_ = std::make_unique<object_store>(
       *arena_, (opts.log_dir.empty() ? std::string("/tmp/manta") : opts.log_dir) + "/spill");
+  dir_ = std::make_unique<directory>(epoch_, store_.get());
   control_ = process::map_control_block();
   ipc::make_pipe(doorbell_, 0);
   ipc::set_nonblocking(doorbell_[0], true);
@@ -93,44 +101,43 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
   zc.doorbell_read = doorbell_[0];
   zc.doorbell_write = doorbell_[1];
   zc.epoch = epoch_;
-  zc.num_workers = static_cast<std::size_t>(n);
+  zc.num_workers = pool_size_;
   zc.control = control_;
   zc.arena_base = arena_->base();
-  zygote_ = process::start_zygote(zc);  // the process is still single-threaded here
+  zygote_ = std::make_unique<zygote_link>(process::start_zygote(zc));
+  ipc::set_nonblocking(zygote_->socket(), true);
+  output_ = std::make_unique<output_forwarder>();
 
   // The doorbell is not in the epoll set: only the I/O thread reads it, so a
   // ring can never be consumed by a user thread polling in its place.
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-
-  // Every slot exists from the start (pool workers first, then actor hosts), so
-  // pollers can walk them while the scheduler hands them out.
-  for (int i = 0; i < process::max_slots; ++i) {
-    auto w = std::make_unique<worker_link>();
-    w->slot = i;
-    workers_.push_back(std::move(w));
-  }
-  slots_in_use_.store(n);
-  ipc::set_nonblocking(zygote_.socket, true);
+  sched_ = std::make_unique<scheduler>(
+      scheduler::config{pool_size_, static_cast<std::size_t>(process::max_slots), control_}, *dir_, *store_,
+      resource_ledger(cpus, gpus, std::move(custom)), *this);
   {
     scheduler_lock lock(*this);
-    for (int i = 0; i < n; ++i) request_spawn(i);
+    sched_->start();
   }
-  // Wait for the pool, synchronously: no thread runs yet.
+  // Wait for the pool, synchronously: no thread reads the zygote yet.
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   auto started = [&] {
-    return std::all_of(workers_.begin(), workers_.begin() + n,
-                       [](auto& w) { return w->st == worker_link::state::alive; });
+    for (std::size_t i = 0; i < pool_size_; ++i)
+      if (sched_->link(static_cast<int>(i)).st != worker_link::state::alive) return false;
+    return true;
   };
   while (!started()) {
-    if (std::chrono::steady_clock::now() > until) {
+    if (std::chrono::steady_clock::now() > until || lost_.load()) {
+      std::string why = lost_.load() ? lost_why_ : "timed out";
       finish_stop();
-      throw error("manta: the worker pool did not start");
+      throw error("manta: the worker pool did not start (" + why + ")");
     }
-    ipc::wait_readable(zygote_.socket, 100);
+    ipc::wait_readable(zygote_->socket(), 100);
+    std::lock_guard poll(poll_mu_);
     handle_zygote();
   }
   epoll_event zev{EPOLLIN, {.u64 = ev_zygote << 32}};
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, zygote_.socket, &zev);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, zygote_->socket(), &zev);
+  zygote_watched_ = true;
   io_thread_ = std::thread([this] { io_loop(); });
 }
 
@@ -145,12 +152,11 @@ void node_runtime::begin_stop() {
   stopping_.store(true, std::memory_order_release);
   wake_io();
   if (io_thread_.joinable()) io_thread_.join();
-  wake_waiters();
+  dir_->wake_all();
   // Threads blocked in get/wait see stopping_ and leave with usage_error.
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (active_calls_.load(std::memory_order_acquire) > 0 &&
-         std::chrono::steady_clock::now() < until) {
-    wake_waiters();
+  while (active_calls_.load(std::memory_order_acquire) > 0 && std::chrono::steady_clock::now() < until) {
+    dir_->wake_all();
     std::this_thread::yield();
   }
 }
@@ -158,58 +164,24 @@ void node_runtime::begin_stop() {
 void node_runtime::finish_stop() {
   if (stopped_) return;
   stopped_ = true;
-  // The zygote kills and reaps every worker, then exits.
-  if (zygote_.pid > 0) {
-    process::zygote_request stop{process::zygote_request::stop, -1, 0};
-    ipc::send_packet(zygote_.socket, &stop, sizeof stop);
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    int status = 0;
-    for (;;) {
-      pid_t r = ::waitpid(zygote_.pid, &status, WNOHANG);
-      if (r == zygote_.pid || (r < 0 && errno != EINTR)) break;
-      if (std::chrono::steady_clock::now() > until) {
-        ::kill(zygote_.pid, SIGKILL);
-        ::waitpid(zygote_.pid, &status, 0);
-        break;
-      }
-      ipc::wait_readable(zygote_.socket, 10);
-      char sink[64];
-      while (ipc::recv_packet(zygote_.socket, sink, sizeof sink, nullptr) > 0) {
-      }
-    }
+  {
+    std::lock_guard lock(mu_);
+    sched_->stopping();
   }
-  for (auto& w : workers_) {
-    // Every writer is dead now, so the output pipes end with EOF.
-    if (w->stdout_fd >= 0) forward_output(*w, false, true);
-    if (w->stderr_fd >= 0) forward_output(*w, true, true);
-  }
+  zygote_->stop(5);  // it kills and reaps every process, then exits
+  output_->stop();   // every writer is dead: the output pipes end with EOF
   // Drop every internal hold; what users still hold becomes an orphan.
   for (task_spec* t = nullptr; submissions_.try_pop(t);) delete t;
-  for (auto& [key, t] : tasks_) delete t;
-  tasks_.clear();
-  ready_.clear();
-  for (auto& a : actors_) a->queue.clear();  // their tasks were deleted above
-  for (auto& [name, e] : actor_names_) detail::release(e);
-  actor_names_.clear();
   for (actor_record* a = nullptr; retired_.try_pop(a);) {
   }
-  actors_.clear();
-  for (auto& w : workers_) {
-    for (const auto& [id, pinned] : w->holds)
-      if (auto* e = dir_.find(id)) detail::release(e);
-    w->holds.clear();
-    w->in_flight.clear();
-    for (int fd : {w->out_fd, w->in_fd, w->stdout_fd, w->stderr_fd})
-      if (fd >= 0) ::close(fd);
-    w->out_fd = w->in_fd = w->stdout_fd = w->stderr_fd = -1;
+  {
+    std::lock_guard lock(mu_);
+    sched_->clear();
   }
-  for (auto* e : dir_.take_all()) e->store = nullptr;  // the arena is unmapped below
-  if (zygote_.socket >= 0) ::close(zygote_.socket);
-  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  for (auto* e : dir_->take_all()) e->store = nullptr;  // the arena is unmapped below
+  if (epoll_fd_ >= 0) ::close(std::exchange(epoll_fd_, -1));
   for (int& fd : doorbell_)
     if (fd >= 0) ::close(std::exchange(fd, -1));
-  zygote_ = {};
-  epoll_fd_ = -1;
   process::unmap_control_block(control_);
   control_ = nullptr;
   store_.reset();  // its spill file goes with it
@@ -218,41 +190,41 @@ void node_runtime::finish_stop() {
 
 std::vector<pid_t> node_runtime::process_ids() {
   scheduler_lock lock(*this);
-  std::vector<pid_t> pids{zygote_.pid};
-  for (int i = 0; i < slots_in_use_.load(); ++i)
-    if (workers_[i]->st == worker_link::state::alive) pids.push_back(workers_[i]->pid);
+  std::vector<pid_t> pids{zygote_->pid()};
+  for (int i = 0; i < sched_->slots_in_use(); ++i)
+    if (sched_->link(i).st == worker_link::state::alive) pids.push_back(sched_->link(i).pid);
   return pids;
 }
 
+// ---- scheduler_host
+
+void node_runtime::spawn(int slot, std::uint64_t process_number) {
+  zygote_->request(slot, process_number);  // queued behind others, if any wait
+  if (zygote_->has_queued() && zygote_watched_) {
+    // The socket is full: the I/O thread sends the rest when it has room.
+    epoll_event ev{EPOLLIN | EPOLLOUT, {.u64 = ev_zygote << 32}};
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, zygote_->socket(), &ev);
+  }
+}
+
+void node_runtime::kill(pid_t pid) {
+  if (pid > 0) ::kill(pid, SIGKILL);
+}
+
+void node_runtime::watch_writable(worker_link& w, bool on) {
+  if (w.out_fd < 0) return;
+  epoll_event ev{on ? static_cast<std::uint32_t>(EPOLLOUT) : 0u,
+                 {.u64 = (std::uint64_t{4} << 32) | static_cast<std::uint32_t>(w.slot)}};
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, w.out_fd, &ev) != 0 && errno == ENOENT)
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.out_fd, &ev);
+}
+
 // ---- objects
-
-object_id node_runtime::next_object_id() noexcept {
-  return {std::uint64_t{epoch_} << 32, next_object_seq_.fetch_add(1, std::memory_order_relaxed) + 1};
-}
-
-object_entry* node_runtime::new_entry(const object_id& id, std::int64_t count) {
-  auto* e = new object_entry();
-  e->id = id;
-  e->epoch = epoch_;
-  e->count.store(count, std::memory_order_relaxed);
-  e->store = store_.get();
-  return e;
-}
 
 object_entry* node_runtime::checked(detail::ref_node* n) {
   if (n->epoch != epoch_)
     throw usage_error("manta: an object_ref from another runtime (or from before a shutdown) was used");
   return static_cast<object_entry*>(n);
-}
-
-void node_runtime::wake_waiters() {
-  seal_seq_.fetch_add(1, std::memory_order_acq_rel);
-  ipc::futex_wake_all(seal_seq_);
-}
-
-void node_runtime::publish(object_entry* e, std::uint32_t status) {
-  std::uint32_t old = e->state.exchange(status, std::memory_order_acq_rel);
-  if (old & state_waiters) wake_waiters();
 }
 
 detail::extent node_runtime::allocate_extent(std::size_t bytes) {
@@ -265,47 +237,44 @@ void node_runtime::free_extent(const detail::extent& x) noexcept {
   if (x.epoch == epoch_) store_->deallocate(x.offset);
 }
 
-detail::ref_node* node_runtime::put_extent(std::uint64_t tag, const detail::extent& x,
-                                           std::size_t size) {
+detail::ref_node* node_runtime::put_extent(std::uint64_t tag, const detail::extent& x, std::size_t size) {
   call_guard guard(*this);
   if (x.epoch != epoch_ || size > x.size)
     throw usage_error("manta: a buffer from another runtime, or larger than its extent, was put");
-  object_entry* e = new_entry(next_object_id(), 1);
+  object_entry* e = dir_->create(dir_->next_id(), 1);
   e->type_tag = tag;
   e->size = size;
   e->offset = x.offset;
   store_->track(e);
   e->state.store(state_ready, std::memory_order_release);
-  dir_.insert(e);
+  dir_->insert(e);
   return e;
 }
 
 detail::ref_node* node_runtime::put(const detail::encoded_value& v) {
   call_guard guard(*this);
-  std::unique_ptr<object_entry> e(new_entry(next_object_id(), 1));
+  std::unique_ptr<object_entry> e(dir_->create(dir_->next_id(), 1));
   e->type_tag = v.type_tag;
   e->size = v.size;
   if (v.size <= detail::max_inline_bytes) {
     e->inline_bytes.assign(static_cast<const char*>(v.data()), v.size);
   } else {
-    detail::extent x = allocate_extent(v.size);
-    e->offset = x.offset;
-    std::memcpy(x.data, v.data(), v.size);
+    e->offset = store_->allocate(v.size);  // spills cold objects if it must
+    std::memcpy(arena_->base() + e->offset, v.data(), v.size);
   }
   for (const auto& id : v.contained) {
-    object_entry* c = dir_.acquire(id);
+    object_entry* c = dir_->acquire(id);
     if (!c) throw usage_error("manta: put of a value holding an object_ref that no longer exists");
     e->contained.push_back(c);
   }
   if (e->offset != ipc::no_offset) store_->track(e.get());
   e->state.store(state_ready, std::memory_order_release);
-  dir_.insert(e.get());
+  dir_->insert(e.get());
   return e.release();
 }
 
 template <class Done>
-bool node_runtime::wait_until(Done done, std::span<object_entry* const> watch,
-                              detail::deadline until) {
+bool node_runtime::wait_until(Done done, std::span<object_entry* const> watch, detail::deadline until) {
   if (done()) return true;
   // Spin first, polling the processes ourselves when nobody else does: the
   // result is usually microseconds away, and waking a sleeping thread costs ~30 µs.
@@ -334,13 +303,14 @@ bool node_runtime::wait_until(Done done, std::span<object_entry* const> watch,
     if (stopping_.load(std::memory_order_acquire)) throw usage_error("manta: the runtime was shut down");
     now = std::chrono::steady_clock::now();
   }
+  auto& word = dir_->seal_word();
   for (;;) {
-    std::uint32_t seq = seal_seq_.load(std::memory_order_acquire);
+    std::uint32_t seq = word.load(std::memory_order_acquire);
     for (auto* e : watch) e->state.fetch_or(state_waiters, std::memory_order_acq_rel);
     if (done()) return true;
     if (stopping_.load(std::memory_order_acquire)) throw usage_error("manta: the runtime was shut down");
     if (std::chrono::steady_clock::now() >= until) return false;
-    ipc::futex_wait(seal_seq_, seq, until);
+    ipc::futex_wait(word, seq, until);
   }
 }
 
@@ -357,8 +327,8 @@ detail::object_data node_runtime::fetch(detail::ref_node* n, detail::deadline un
   return {e->type_tag, e->data(), e->size};
 }
 
-void node_runtime::wait(std::span<detail::ref_node* const> nodes, std::size_t num,
-                        detail::deadline until, std::vector<bool>& ready) {
+void node_runtime::wait(std::span<detail::ref_node* const> nodes, std::size_t num, detail::deadline until,
+                        std::vector<bool>& ready) {
   call_guard guard(*this);
   std::vector<object_entry*> es;
   es.reserve(nodes.size());
@@ -376,14 +346,14 @@ void node_runtime::wait(std::span<detail::ref_node* const> nodes, std::size_t nu
 detail::ref_node* node_runtime::ref_from_id(const object_id& id) {
   if ((id.hi >> 32) != epoch_)
     throw usage_error("manta: an object_ref from another runtime (or from before a shutdown) was read");
-  object_entry* e = dir_.acquire(id);
+  object_entry* e = dir_->acquire(id);
   if (!e) throw usage_error("manta: a serialised object_ref names an object that no longer exists");
   return e;
 }
 
 void node_runtime::release(detail::ref_node* n) noexcept {
   auto* e = static_cast<object_entry*>(n);
-  if (!dir_.erase_if_unused(e)) return;
+  if (!dir_->erase_if_unused(e)) return;
   if (e->actor) {
     // The last handle is gone: the actor stops once the scheduler gets to it
     // (this may run on any thread, with or without the scheduler mutex, so the
@@ -391,29 +361,17 @@ void node_runtime::release(detail::ref_node* n) noexcept {
     retired_.push(e->actor);
     wake_io();
   }
-  delete e;
+  free_entry(e);
 }
 
-std::optional<std::string> node_runtime::admit(task_spec& t) {
-  const detail::task_options& o = t.options;
-  const std::string what = (t.mode == detail::call_mode::construct ? "actor " : "task '") +
-                           t.name() + (t.mode == detail::call_mode::construct ? "" : "'");
-  if (t.mode == detail::call_mode::method) return std::nullopt;  // takes nothing
-  if (o.num_gpus != static_cast<int>(o.num_gpus))
-    return "manta: " + what + " asks for " + std::to_string(o.num_gpus) +
-           " GPUs; GPUs are handed out whole";
-  t.need = demand{o.num_cpus, static_cast<int>(o.num_gpus), o.resources};
-  if (auto why = ledger_.infeasible(t.need)) return "manta: " + what + " " + *why;
-  return std::nullopt;
-}
+// ---- submissions
 
 void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) {
-  call_guard guard(*this);
+  call_guard guard(*this, /*needs_node=*/true);
   if (!r.function) throw usage_error("manta: submit without a function");
   // Everything is checked before the request's refs are taken over: on a throw,
   // the request still holds them and gives them back.
-  if (r.actor && r.actor->epoch != epoch_)
-    throw usage_error("manta: an actor_handle from another runtime was used");
+  if (r.actor && r.actor->epoch != epoch_) throw usage_error("manta: an actor_handle from another runtime was used");
   for (auto* d : r.deps)
     if (d->epoch != epoch_) throw usage_error("manta: a task argument is an object_ref from another runtime");
   auto t = std::make_unique<task_spec>();
@@ -422,7 +380,9 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   t->num_returns = r.num_returns;
   t->arg_count = r.arg_count;
   t->options = std::move(r.options);
-  if (auto why = admit(*t)) throw usage_error(*why);
+  // Admission reads the ledger's totals, which never change: no lock (submitters
+  // never wait on the scheduler's mutex).
+  if (auto why = sched_->admit(*t)) throw usage_error(*why);
   std::vector<object_entry*> contained;
   try {
     for (const auto& id : r.contained) contained.push_back(static_cast<object_entry*>(ref_from_id(id)));
@@ -440,51 +400,39 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   for (auto*& d : r.deps) t->deps.push_back(static_cast<object_entry*>(std::exchange(d, nullptr)));
   r.deps.clear();
   for (std::uint16_t i = 0; i < r.num_returns; ++i) {
-    object_entry* e = new_entry(next_object_id(), 2);  // the caller's ref and the task's hold
-    dir_.insert(e);
+    object_entry* e = dir_->create(dir_->next_id(), 2);  // the caller's ref and the task's hold
+    dir_->insert(e);
     t->returns.push_back(e);
   }
   if (t->mode == detail::call_mode::construct) {
     // Handles must find their actor, and its class, from the moment remote() returns.
-    t->actor = new actor_record();
+    t->new_actor = std::make_unique<actor_record>();
+    t->actor = t->new_actor.get();
     t->actor->class_tag = t->fn->class_tag;
     t->returns[0]->actor = t->actor;
     if (!t->options.name.empty()) {
-      scheduler_lock lock(*this);
-      if (actor_names_.count(t->options.name)) {
+      bool reserved;
+      {
+        scheduler_lock lock(*this);
+        reserved = sched_->reserve_name(t->options.name, t->returns[0]);
+      }
+      if (!reserved) {
         // The caller never gets the entry: dropping the task's holds frees it.
         t->returns[0]->actor = nullptr;
-        delete t->actor;
-        t->actor = nullptr;
         detail::release(t->returns[0]);
         throw usage_error("manta: an actor named '" + t->options.name + "' already exists");
       }
-      // Reserve the name now, so the check and the name are one step.
-      detail::acquire(t->returns[0]);
-      actor_names_.emplace(t->options.name, t->returns[0]);
     }
   }
   for (std::uint16_t i = 0; i < r.num_returns; ++i) returns[i] = t->returns[i];
-  t->key = ++next_key_;
+  t->key = sched_->new_key();
   submissions_.push(t.release());
   take_submissions();
 }
 
-void node_runtime::cancel_producer(detail::ref_node* node) {
-  call_guard guard(*this);
-  object_entry* e = checked(node);
-  scheduler_lock lock(*this);
-  register_submissions();  // the task may have been submitted just now
-  if (e->producer) cancel_task(e->producer);
-  dispatch();
-}
-
 void node_runtime::register_submissions() {
   task_spec* t = nullptr;
-  while (submissions_.try_pop(t)) {
-    tasks_.emplace(t->key, t);
-    register_task(t);
-  }
+  while (submissions_.try_pop(t)) sched_->submit(std::unique_ptr<task_spec>(t));
 }
 
 void node_runtime::take_submissions() {
@@ -492,8 +440,37 @@ void node_runtime::take_submissions() {
     std::unique_lock lock(mu_, std::try_to_lock);
     if (!lock) return;  // the holder takes them when it lets go
     register_submissions();
-    retire_actors();
+    for (actor_record* a = nullptr; retired_.try_pop(a);) sched_->retire(a);
   }
+}
+
+void node_runtime::cancel_producer(detail::ref_node* node) {
+  call_guard guard(*this);
+  object_entry* e = checked(node);
+  scheduler_lock lock(*this);
+  register_submissions();  // the task may have been submitted just now
+  sched_->cancel(e);
+}
+
+detail::ref_node* node_runtime::find_actor(const std::string& name, std::uint64_t class_tag) {
+  call_guard guard(*this);
+  scheduler_lock lock(*this);
+  register_submissions();  // a named actor submitted just now is found
+  return sched_->find_actor(name, class_tag);
+}
+
+void node_runtime::kill_actor(detail::ref_node* node) {
+  call_guard guard(*this);
+  object_entry* e = checked(node);
+  scheduler_lock lock(*this);
+  register_submissions();
+  sched_->kill_actor(e);
+}
+
+std::map<std::string, double> node_runtime::resources(bool available_only) {
+  call_guard guard(*this);
+  scheduler_lock lock(*this);
+  return sched_->resources(available_only);
 }
 
 }  // namespace manta::runtime

@@ -1,0 +1,50 @@
+// runtime/actor_record.hpp: what the driver keeps of one actor: its process, its
+// queue of calls not sent yet, what it holds, how it ends.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <manta/detail/task_request.hpp>
+#include <manta/registry.hpp>
+
+#include "ipc/failure.hpp"
+#include "runtime/resources.hpp"
+#include "runtime/task_spec.hpp"
+
+namespace manta::runtime {
+
+struct actor_record {
+  enum class state { waiting, starting, constructing, alive, dead };
+  actor_record() = default;
+  actor_record(const actor_record&) = delete;
+  actor_record& operator=(const actor_record&) = delete;
+  ~actor_record();
+
+  state st = state::waiting;
+  object_entry* entry = nullptr;  ///< what handles point to; null once the last handle is gone
+  std::uint64_t class_tag = 0;
+  std::string label;  ///< "Counter 'name'", for messages
+  std::string name;   ///< registered name, or empty
+  detail::task_options options;
+  demand need;
+  std::vector<int> gpus;
+  bool holds_resources = false;
+  // The constructor call, kept to run it again after a crash.
+  const detail::function_info* ctor = nullptr;
+  std::string ctor_args;
+  std::uint16_t ctor_arg_count = 0;
+  std::vector<object_entry*> ctor_deps;       ///< counted
+  std::vector<object_entry*> ctor_contained;  ///< counted
+  int host = -1;  ///< slot of its process
+  int restarts = 0;
+  bool killed = false;
+  lane queue;  ///< calls not sent yet, in submission order (the task graph's lane)
+  /// Its first constructor call, while it waits for its arguments to be sealed.
+  task_spec* pending_ctor = nullptr;
+  std::unique_ptr<ipc::error_info> death;
+};
+
+}  // namespace manta::runtime

@@ -1,0 +1,277 @@
+// runtime/handlers.cpp: every message a worker sends the driver, one handler
+// each. A worker is not trusted: whatever it names (tasks, objects, extents,
+// functions, actors) is checked before anything changes, and a message that
+// cannot be right throws protocol_error, after which the worker is replaced.
+#include <cstring>
+
+#include <manta/errors.hpp>
+
+#include "observe/log.hpp"
+#include "process/args_blob.hpp"
+#include "runtime/scheduler.hpp"
+
+namespace manta::runtime {
+
+void scheduler::handle(worker_link& w, const ipc::frame& f) {
+  auto r = f.reader();
+  switch (static_cast<ipc::msg>(f.type)) {
+    case ipc::msg::task_done:
+      on_task_done(w, ipc::task_done::read(r));
+      break;
+    case ipc::msg::submit:
+      on_submit(w, ipc::submit::read(r));
+      break;
+    case ipc::msg::put:
+      on_put(w, ipc::put::read(r));
+      break;
+    case ipc::msg::add_ref:
+      for (const auto& id : ipc::add_ref::read(r).ids)
+        if (w.holds.emplace(id, false).second && !dir_.acquire(id)) w.holds.erase(id);
+      break;
+    case ipc::msg::release:
+      for (const auto& id : ipc::release::read(r).ids) {
+        auto held = w.holds.find(id);
+        if (held == w.holds.end()) continue;
+        if (object_entry* e = dir_.find(id)) {
+          if (held->second) store_.unpin(e);
+          detail::release(e);
+        }
+        w.holds.erase(held);
+      }
+      break;
+    case ipc::msg::subscribe:
+      for (const auto& id : ipc::subscribe::read(r).ids) {
+        object_entry* e = dir_.find(id);
+        if (!e) continue;
+        subscriber s{w.slot, w.generation};
+        if (e->status() == state_pending) e->subscribers.push_back(s);
+        else notify(s, e);
+      }
+      break;
+    case ipc::msg::alloc_request:
+      on_alloc(w, ipc::alloc_request::read(r));
+      break;
+    case ipc::msg::free_alloc: {
+      auto off = ipc::free_alloc::read(r).offset;
+      if (w.extents.erase(off)) store_.deallocate(off);
+      break;
+    }
+    case ipc::msg::block:
+      on_block(w, ipc::block::read(r));
+      break;
+    case ipc::msg::unblock:
+      on_unblock(w, ipc::unblock::read(r));
+      break;
+    case ipc::msg::find_actor:
+      on_find_actor(w, ipc::find_actor::read(r));
+      break;
+    case ipc::msg::cancel:
+      for (const auto& id : ipc::cancel::read(r).ids)
+        if (object_entry* e = dir_.find(id))
+          if (task_spec* t = task_graph::producer_of(e)) cancel_task(t);
+      dispatch();
+      break;
+    case ipc::msg::kill_actor:
+      for (const auto& id : ipc::kill_actor::read(r).ids)
+        if (object_entry* e = dir_.find(id); e && e->actor) kill_actor(e);
+      break;
+    case ipc::msg::resources_request: {
+      auto m = ipc::resources_request::read(r);
+      send_to(w, ipc::resources_reply{m.request, resources(m.available)}, true);
+      break;
+    }
+    default:
+      throw ipc::protocol_error("manta: unknown message type " + std::to_string(f.type));
+  }
+}
+
+std::vector<object_id> scheduler::read_contained(worker_link& w, const ipc::id_list& l,
+                                                 const ipc::value_location& loc) {
+  if (loc.offset != ipc::no_offset) {
+    auto x = w.extents.find(loc.offset);
+    if (x == w.extents.end() || loc.size > x->second)
+      throw ipc::protocol_error("manta: a value in an extent never granted to this worker");
+  }
+  if (l.offset == ipc::no_offset) return {l.ids.begin(), l.ids.end()};
+  // A long list of refs lies in an extent of its own, which goes back once read.
+  auto x = w.extents.find(l.offset);
+  if (x == w.extents.end() || l.offset == loc.offset || l.count > x->second / sizeof(object_id))
+    throw ipc::protocol_error("manta: a list of refs in an extent never granted to this worker");
+  std::vector<object_id> ids(l.count);
+  std::memcpy(ids.data(), store_.base() + l.offset, l.count * sizeof(object_id));
+  w.extents.erase(x);
+  store_.deallocate(l.offset);
+  return ids;
+}
+
+void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
+  task_spec* t = graph_.find(m.key);
+  if (!t || t->worker != w.slot) throw ipc::protocol_error("manta: result for a task this worker was not running");
+  if (m.ok && m.results.size() != t->returns.size())
+    throw ipc::protocol_error("manta: a task sent the wrong number of results");
+  // Checked before anything changes: a bad value must not leave a half-done task.
+  std::vector<std::vector<object_id>> contained(m.ok ? m.results.size() : 0);
+  for (std::size_t i = 0; i < contained.size(); ++i)
+    contained[i] = read_contained(w, m.results[i].contained, m.results[i].location);
+  place_.finished(w.place, *t);
+  unpin_inputs(*t);
+  t->worker = -1;
+  // An offered extent a buffer took stays the worker's until sealed or freed.
+  if (m.grant_used) t->grant = ipc::no_offset;
+  drop_grant(w, *t);
+  if (t->cancelled) {  // finished before its process was killed: its results failed already
+    finish_task(t);
+    return;
+  }
+  if (t->mode == detail::call_mode::construct) {  // an actor's constructor
+    actor_record& a = *t->actor;
+    finish_task(t);
+    constructed(a, m.ok ? nullptr : &m.error);
+    return;
+  }
+  if (m.ok) {
+    for (std::size_t i = 0; i < t->returns.size(); ++i)
+      seal(t->returns[i], m.results[i].location, std::move(contained[i]), &w);
+    place_.record(*t, m.ns, t->returns[0]->size);
+    tasks_finished_.fetch_add(1, std::memory_order_relaxed);
+    finish_task(t);
+  } else {
+    bool retry = t->options.retry_exceptions && m.error.kind == ipc::error_kind::task_exception &&
+                 (t->options.max_retries < 0 || t->attempts < t->options.max_retries);
+    if (retry) {
+      ++t->attempts;
+      task_retries_.fetch_add(1, std::memory_order_relaxed);
+      enqueue(t);
+    } else {
+      fail_task(t, m.error);
+    }
+  }
+  dispatch();
+}
+
+void scheduler::on_submit(worker_link& w, const ipc::submit& m) {
+  const detail::function_info* fn = detail::function_by_id(m.function);
+  if (!fn) throw ipc::protocol_error("manta: nested task names an unknown function");
+  if (m.returns.empty() || m.returns.size() > 0xffff)
+    throw ipc::protocol_error("manta: nested task with a bad number of results");
+  if (m.args.size() > detail::max_inline_args + (std::size_t{1} << 20))
+    throw ipc::protocol_error("manta: nested task with an oversized argument blob");
+  if (m.mode == detail::call_mode::construct && (m.returns.size() != 1 || fn->kind != detail::callable_kind::constructor))
+    throw ipc::protocol_error("manta: a bad actor constructor");
+  // Every ref argument must name one of its dependencies: send_task relies on it.
+  process::for_each_arg(m.args, m.arg_count, [&](const process::blob_arg& a) {
+    if (a.kind == process::arg_kind::ref && a.size_or_index >= m.deps.size())
+      throw ipc::protocol_error("manta: nested task argument names no dependency");
+  });
+  object_entry* actor_entry = nullptr;
+  if (!m.actor.empty()) {
+    object_entry* e = dir_.find(m.actor);
+    if (!e || !e->actor) throw ipc::protocol_error("manta: a method call on an unknown actor");
+    actor_entry = e;
+  }
+  for (const auto& id : m.returns)
+    if ((id.hi >> 32) != dir_.epoch() || dir_.find(id))
+      throw ipc::protocol_error("manta: nested task with a foreign or reused id");
+  std::vector<object_entry*> deps;
+  for (const auto& id : m.deps) {
+    object_entry* e = dir_.acquire(id);
+    if (!e) {
+      for (auto* d : deps) detail::release(d);
+      throw ipc::protocol_error("manta: nested task depends on an unknown object");
+    }
+    deps.push_back(e);
+  }
+  // From here on nothing throws: the task is built and registered.
+  auto t = std::make_unique<task_spec>();
+  t->fn = fn;
+  t->parent = m.mode == detail::call_mode::construct ? 0 : m.parent;  // an actor outlives its creator
+  t->mode = m.mode;
+  t->num_returns = static_cast<std::uint16_t>(m.returns.size());
+  t->arg_count = m.arg_count;
+  t->options = m.options;
+  t->deps = std::move(deps);
+  if (actor_entry) {
+    detail::acquire(actor_entry);
+    t->actor_entry = actor_entry;
+    t->actor = actor_entry->actor;
+  }
+  for (const auto& id : m.returns) {
+    object_entry* e = dir_.create(id, 2);  // the worker's ref and the task's hold
+    w.holds.emplace(id, false);
+    dir_.insert(e);
+    t->returns.push_back(e);
+  }
+  if (t->mode == detail::call_mode::construct) {
+    t->new_actor = std::make_unique<actor_record>();
+    t->actor = t->new_actor.get();
+    t->actor->class_tag = fn->class_tag;
+    t->returns[0]->actor = t->actor;
+  }
+  for (const auto& id : m.contained)
+    if (object_entry* e = dir_.acquire(id)) t->contained.push_back(e);
+  t->args = m.args;
+  t->key = new_key();
+  if (auto why = admit(*t)) {  // the nested caller gets the error from get
+    task_spec* raw = t.get();
+    graph_.add(std::move(t));
+    if (raw->mode == detail::call_mode::construct) create_actor(raw);
+    fail_task(raw, ipc::error_info{ipc::error_kind::usage, "manta::usage_error", *why, raw->name(), {}, 0, 0});
+    return;
+  }
+  submit(std::move(t));
+}
+
+void scheduler::on_put(worker_link& w, const ipc::put& m) {
+  if ((m.id.hi >> 32) != dir_.epoch() || dir_.find(m.id))
+    throw ipc::protocol_error("manta: put with a foreign or reused id");
+  std::vector<object_id> contained = read_contained(w, m.contained, m.location);
+  object_entry* e = dir_.create(m.id, 1);  // the worker's ref
+  seal(e, m.location, std::move(contained), &w);
+  store_.pin(e);  // it knows where the bytes lie while it holds them; just sealed, so in place
+  w.holds.emplace(m.id, true);
+  dir_.insert(e);
+}
+
+void scheduler::on_alloc(worker_link& w, const ipc::alloc_request& m) {
+  std::uint64_t off = ipc::no_offset;
+  try {
+    off = store_.allocate(m.size);  // spills cold objects if it must
+    w.extents[off] = m.size;
+  } catch (const object_store_full& e) {
+    MANTA_DEBUG << e.what();  // the worker's task fails with object_store_full
+    off = ipc::no_offset;
+  }
+  send_to(w, ipc::alloc_reply{m.request, off}, true);
+}
+
+void scheduler::on_block(worker_link& w, const ipc::block& m) {
+  task_spec* t = graph_.find(m.key);
+  if (!t || t->worker != w.slot || t->actor) return;  // an actor's calls wait in line; it keeps what it holds
+  place_.note_blocks(*t);
+  place_.blocked(w.place, *t, {m.needed, {m.ids.begin(), m.ids.end()}});
+  dispatch();
+}
+
+void scheduler::on_unblock(worker_link& w, const ipc::unblock& m) {
+  task_spec* t = graph_.find(m.key);
+  if (!t || t->worker != w.slot || t->actor) return;
+  place_.unblocked(w.place, *t);
+  dispatch();
+}
+
+void scheduler::on_find_actor(worker_link& w, const ipc::find_actor& m) {
+  object_id id;
+  std::string error;
+  try {
+    if (object_entry* e = find_actor(std::string(m.name), m.class_tag)) {
+      id = e->id;
+      // The worker's hold: one per process, however many handles it makes.
+      if (!w.holds.emplace(id, false).second) detail::release(e);
+    }
+  } catch (const usage_error& e) {
+    error = e.what();
+  }
+  send_to(w, ipc::actor_reply{m.request, id, error}, true);
+}
+
+}  // namespace manta::runtime

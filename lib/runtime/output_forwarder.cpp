@@ -1,0 +1,137 @@
+// runtime/output_forwarder.cpp: the forwarding thread.
+#include "runtime/output_forwarder.hpp"
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "ipc/channel.hpp"
+
+namespace manta::runtime {
+
+output_forwarder::output_forwarder() {
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  ipc::make_pipe(wake_, 0);
+  ipc::set_nonblocking(wake_[0], true);
+  epoll_event ev{EPOLLIN, {.fd = wake_[0]}};
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_[0], &ev);
+  thread_ = std::thread([this] { run(); });
+}
+
+output_forwarder::~output_forwarder() {
+  stop();
+  std::lock_guard lock(mu_);
+  for (auto& [fd, s] : streams_) ::close(fd);
+  streams_.clear();
+  for (int fd : {epoll_fd_, wake_[0], wake_[1]})
+    if (fd >= 0) ::close(fd);
+}
+
+void output_forwarder::add(pid_t pid, int out_fd, int err_fd) {
+  std::lock_guard lock(mu_);
+  for (int fd : {out_fd, err_fd}) {
+    ipc::set_nonblocking(fd, true);
+    streams_[fd] = stream{pid, fd == err_fd, {}};
+    epoll_event ev{EPOLLIN, {.fd = fd}};
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+}
+
+void output_forwarder::stop() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  char one = 1;
+  [[maybe_unused]] auto n = ::write(wake_[1], &one, 1);
+  thread_.join();
+}
+
+bool output_forwarder::forward(int fd, stream& s) {
+  const std::string prefix = "(pid=" + std::to_string(s.pid) + ") ";
+  std::string out;
+  char buf[8192];
+  bool open = true;
+  for (int rounds = 0; rounds < 16; ++rounds) {  // bounded: one chatty process must not starve the rest
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) break;
+    if (n <= 0) {
+      open = false;
+      break;
+    }
+    s.partial.append(buf, static_cast<std::size_t>(n));
+    std::size_t start = 0, nl;
+    while ((nl = s.partial.find('\n', start)) != std::string::npos) {
+      out += prefix;
+      out.append(s.partial, start, nl - start + 1);
+      start = nl + 1;
+    }
+    s.partial.erase(0, start);
+    if (s.partial.size() >= max_line) {  // no newline in sight: write it as a line of its own
+      out += prefix + s.partial + "\n";
+      s.partial.clear();
+    }
+  }
+  if (!open && !s.partial.empty()) {
+    out += prefix + s.partial + "\n";
+    s.partial.clear();
+  }
+  if (!out.empty()) {
+    FILE* f = s.err ? stderr : stdout;
+    std::fwrite(out.data(), 1, out.size(), f);  // may block: only this thread waits
+    std::fflush(f);
+  }
+  return open;
+}
+
+void output_forwarder::run() {
+  epoll_event evs[64];
+  std::chrono::steady_clock::time_point give_up{};
+  for (;;) {
+    bool stopping;
+    {
+      std::lock_guard lock(mu_);
+      stopping = stopping_;
+      if (stopping && streams_.empty()) return;
+    }
+    if (stopping && give_up == std::chrono::steady_clock::time_point{})
+      give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    // Stopping, the rest is drained until every stream ends, bounded should a
+    // stray process still hold a pipe.
+    if (stopping && std::chrono::steady_clock::now() > give_up) return;
+    int n = ::epoll_wait(epoll_fd_, evs, 64, stopping ? 100 : -1);
+    for (int i = 0; i < n; ++i) {
+      int fd = evs[i].data.fd;
+      if (fd == wake_[0]) {
+        char sink[64];
+        while (::read(wake_[0], sink, sizeof sink) > 0) {
+        }
+        continue;
+      }
+      stream s;
+      {
+        std::lock_guard lock(mu_);
+        auto it = streams_.find(fd);
+        if (it == streams_.end()) continue;
+        s = std::move(it->second);
+      }
+      bool open = forward(fd, s);
+      std::lock_guard lock(mu_);
+      if (open) {
+        streams_[fd] = std::move(s);
+      } else {
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+        ::close(fd);
+        streams_.erase(fd);
+      }
+    }
+  }
+}
+
+}  // namespace manta::runtime

@@ -1,0 +1,190 @@
+// runtime/placement.cpp: choosing workers, and the CPU accounts of the pool.
+#include "runtime/placement.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace manta::runtime {
+
+bool placement::may_wait_on_others(const task_spec& t) const {
+  std::vector<const object_entry*> todo;
+  for (auto* e : t.contained) todo.push_back(e);
+  for (auto* e : t.deps)
+    for (auto* c : e->contained) todo.push_back(static_cast<const object_entry*>(c));
+  if (todo.empty()) return false;  // the common case: no refs given at all
+  std::unordered_set<const object_entry*> seen;
+  while (!todo.empty()) {
+    const object_entry* e = todo.back();
+    todo.pop_back();
+    if (e->status() == state_pending) return true;
+    if (!seen.insert(e).second) continue;
+    for (auto* c : e->contained) todo.push_back(static_cast<const object_entry*>(c));  // refs in refs
+  }
+  return false;
+}
+
+bool placement::lending(const worker_state& w) const {
+  if (!w.usable || w.blocked != static_cast<int>(w.in_flight.size())) return false;
+  // A task nested now would sit on top of the innermost waiting one: if that one
+  // can already go on, it would have to wait for the newcomer (and its subtree).
+  if (w.awaiting.empty()) return true;
+  const auto& top = w.awaiting.back();
+  std::size_t done = 0;
+  for (const auto& id : top.ids) {
+    object_entry* e = dir_.find(id);
+    done += !e || e->status() != state_pending;
+  }
+  return done < top.needed;
+}
+
+worker_state* placement::pick(const task_spec& t) {
+  // A task nested on a blocked worker, or queued behind a task that may block,
+  // runs on top of that worker's stack: if it waited on an object a task below
+  // it will make, neither could go on. Only tasks that cannot reach an unsealed
+  // object except through their own children go there.
+  if (ledger_.fits(cpu_need(t))) {
+    worker_state* lender = nullptr;
+    for (worker_state* w : pool_) {
+      if (!w->usable) continue;
+      if (w->in_flight.empty()) return w;
+      if (!lender && lending(*w)) lender = w;
+    }
+    if (lender && !may_wait_on_others(t)) return lender;
+  }
+  // Queue short default tasks behind a busy worker's default tasks.
+  if (!t.is_default() || may_wait_on_others(t)) return nullptr;
+  auto it = stats_.find(stats_key(t));
+  if (it == stats_.end() || !it->second.known || it->second.blocks) return nullptr;
+  const auto depth = static_cast<std::size_t>(std::clamp(
+      pipeline_window_ns / std::max(it->second.ewma_ns, 1.0), 1.0, static_cast<double>(max_pipeline)));
+  worker_state* best = nullptr;
+  for (worker_state* w : pool_) {
+    if (!w->usable || w->blocked || w->nondefault || !w->active_default) continue;
+    if (w->in_flight.size() >= depth) continue;
+    if (!best || w->in_flight.size() < best->in_flight.size()) best = w;
+  }
+  return best;
+}
+
+bool placement::blocks_later(const task_spec& t) const {
+  // (It may only nest when a CPU is free: with none, later ones cannot go either.)
+  return t.is_default() && (!ledger_.fits(demand{1.0, 0, {}}) || !may_wait_on_others(t));
+}
+
+std::vector<task_spec*> placement::producers_to_lend(const worker_state& w) const {
+  // Running what the blocked task waits for keeps nesting shallow: otherwise a
+  // blocked worker takes whatever is queued, and fork-join code nests deeply.
+  // A producer still waiting on its own arguments leads to theirs: whatever the
+  // awaited objects need is safe to nest (none of it can wait on the tasks below).
+  if (w.awaiting.empty() || !lending(w)) return {};
+  const auto& awaited = w.awaiting.back().ids;
+  std::vector<object_entry*> todo;
+  for (auto it = awaited.rbegin(); it != awaited.rend(); ++it)
+    if (object_entry* e = dir_.find(*it)) todo.push_back(e);
+  std::vector<const task_spec*> seen;
+  while (!todo.empty() && seen.size() < 64) {  // bounded: the first producers matter
+    object_entry* e = todo.back();
+    todo.pop_back();
+    task_spec* t = e->status() == state_pending ? task_graph::producer_of(e) : nullptr;
+    if (!t || std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
+    seen.push_back(t);
+    if (t->in_lane != &graph_.ready()) {
+      if (t->pending_deps > 0 && !t->actor)
+        for (auto d = t->deps.rbegin(); d != t->deps.rend(); ++d) todo.push_back(*d);
+      continue;
+    }
+    if (!ledger_.fits(cpu_need(*t))) return {};
+    return {t};  // once it runs, the worker is no longer all waiting
+  }
+  return {};
+}
+
+// Default tasks on one worker share one CPU, held while any of them is active;
+// other tasks take their whole demand (GPU ids too) while they run. Actor calls
+// and constructors take nothing: the actor holds its resources for its life.
+
+void placement::take_cpu(worker_state& w, task_spec& t) {
+  if (t.actor) return;
+  if (t.is_default()) {
+    if (w.active_default++ == 0 && !w.holds_cpu) {
+      w.holds_cpu = true;
+      ledger_.take_cpu(1);
+    }
+  } else {
+    ++w.nondefault;
+    t.gpus = ledger_.take(t.need);
+    t.charged = true;
+  }
+}
+
+void placement::sent(worker_state& w, task_spec& t) {
+  graph_.enter(&t, w.in_flight);
+  take_cpu(w, t);
+}
+
+void placement::finished(worker_state& w, task_spec& t) {
+  if (t.in_lane == &w.in_flight) graph_.leave(&t);
+  if (t.actor) return;
+  if (t.blocked) unblocked(w, t);
+  if (t.is_default()) {
+    if (--w.active_default == 0 && w.holds_cpu) {
+      w.holds_cpu = false;
+      ledger_.give_cpu(1);
+    }
+  } else if (t.charged) {
+    --w.nondefault;
+    ledger_.give(t.need, t.gpus);
+    t.gpus.clear();
+    t.charged = false;
+  }
+}
+
+void placement::blocked(worker_state& w, task_spec& t, worker_state::wait_state awaited) {
+  if (t.actor || t.blocked) return;
+  t.blocked = true;
+  ++w.blocked;
+  if (!t.is_default()) {
+    ledger_.give_cpu(t.need.cpu);  // its GPUs and custom resources stay with it
+  } else if (--w.active_default == 0 && w.holds_cpu) {
+    w.holds_cpu = false;
+    ledger_.give_cpu(1);
+  }
+  w.awaiting.push_back(std::move(awaited));
+}
+
+void placement::unblocked(worker_state& w, task_spec& t) {
+  if (t.actor || !t.blocked) return;
+  t.blocked = false;
+  --w.blocked;
+  if (!t.is_default()) {
+    ledger_.take_cpu(t.need.cpu);  // may oversubscribe for a moment, as a returning thread does
+  } else if (w.active_default++ == 0 && !w.holds_cpu) {
+    w.holds_cpu = true;
+    ledger_.take_cpu(1);
+  }
+  if (!w.awaiting.empty()) w.awaiting.pop_back();
+}
+
+void placement::lost(worker_state& w) {
+  w.blocked = w.active_default = w.nondefault = 0;
+  w.awaiting.clear();
+  if (w.holds_cpu) ledger_.give_cpu(1);
+  w.holds_cpu = false;
+  w.usable = false;
+}
+
+void placement::record(const task_spec& t, std::uint64_t ns, std::uint64_t result_bytes) {
+  auto& s = stats_[stats_key(t)];
+  s.ewma_ns = s.known ? (s.ewma_ns * 7 + static_cast<double>(ns)) / 8 : static_cast<double>(ns);
+  s.known = true;
+  if (t.num_returns == 1) s.result_bytes = result_bytes;
+}
+
+std::uint64_t placement::result_grant_size(const task_spec& t) const {
+  if (t.num_returns != 1) return 0;
+  auto it = stats_.find(stats_key(t));
+  if (it == stats_.end() || it->second.result_bytes <= detail::max_inline_bytes) return 0;
+  return it->second.result_bytes;
+}
+
+}  // namespace manta::runtime

@@ -1,0 +1,109 @@
+// runtime/placement.hpp: which pool worker runs a task. The CPU ledger of the
+// pool (a worker running default tasks holds one CPU; other tasks take their
+// whole demand), lending a blocked task's CPU so nested tasks run on its worker,
+// and pipelining short tasks behind a busy worker so messages batch. Decisions
+// depend only on the workers' state, the ledger and task durations the workers
+// reported: no I/O, no clock; unit tests drive it directly.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/directory.hpp"
+#include "runtime/resources.hpp"
+#include "runtime/task_graph.hpp"
+
+namespace manta::runtime {
+
+/// What placement knows of one pool worker.
+struct worker_state {
+  int slot = 0;
+  /// Alive, and not about to be killed: placement sends it nothing otherwise.
+  bool usable = false;
+  lane in_flight;  ///< sent and not finished, in the order sent
+  int blocked = 0;  ///< in-flight tasks waiting in get/wait
+  /// What each blocked task waits on (how many of which objects), innermost
+  /// last: its tasks nest on one stack.
+  struct wait_state {
+    std::size_t needed = 1;
+    std::vector<object_id> ids;
+  };
+  std::vector<wait_state> awaiting;
+  int active_default = 0;  ///< in-flight default tasks (1 CPU) not blocked
+  int nondefault = 0;      ///< in-flight tasks with other CPU requests
+  bool holds_cpu = false;  ///< the CPU its default tasks share is taken
+};
+
+class placement {
+ public:
+  /// Queue at most about this much work behind a busy worker.
+  static constexpr double pipeline_window_ns = 1e6;
+  static constexpr std::size_t max_pipeline = 1024;
+
+  placement(resource_ledger& ledger, directory& dir, task_graph& graph)
+      : ledger_(ledger), dir_(dir), graph_(graph) {}
+
+  /// The pool's workers (their states live elsewhere, with their processes).
+  void set_workers(std::vector<worker_state*> pool) { pool_ = std::move(pool); }
+  const std::vector<worker_state*>& workers() const noexcept { return pool_; }
+
+  /// The worker `t` should be sent to now, or nullptr (it stays queued).
+  worker_state* pick(const task_spec& t);
+  /// After `pick` found none for the default task `t`: no later default task
+  /// can go either, so a scan of the ready queue may stop.
+  bool blocks_later(const task_spec& t) const;
+  /// `t` was given refs (borrowed, or inside its arguments) reaching an object
+  /// not sealed yet: it may wait on other tasks, so it never nests on a
+  /// blocked worker nor queues behind a running task.
+  bool may_wait_on_others(const task_spec& t) const;
+
+  /// `t` is sent to `w`: it holds its CPU (and resources) now.
+  void sent(worker_state& w, task_spec& t);
+  /// `t` finished on `w` (or was lost with it): what it held goes back.
+  void finished(worker_state& w, task_spec& t);
+  /// `t` waits in get/wait for `needed` of `ids`: its CPU is lent meanwhile.
+  void blocked(worker_state& w, task_spec& t, worker_state::wait_state awaited);
+  /// `t` runs again.
+  void unblocked(worker_state& w, task_spec& t);
+  /// All of `w`'s tasks wait, and the innermost cannot go on yet: it may run more, nested.
+  bool lending(const worker_state& w) const;
+  /// Queued producers of what `w`'s innermost waiting task needs (following
+  /// producers that wait on their own arguments to theirs), to run on `w`
+  /// nested, in order; empty if it is not lending or none fit.
+  std::vector<task_spec*> producers_to_lend(const worker_state& w) const;
+  /// `w`'s process is gone: every account it held is settled (call after
+  /// `finished` for each of its tasks).
+  void lost(worker_state& w);
+
+  // ---- what placement learns from finished tasks
+  /// Statistics are kept per function and call mode.
+  static std::uint64_t stats_key(const task_spec& t) {
+    return t.fn->id ^ (static_cast<std::uint64_t>(t.mode) << 62);
+  }
+  void record(const task_spec& t, std::uint64_t ns, std::uint64_t result_bytes);
+  /// Its tasks wait in get/wait: never queue them behind others (a blocked worker
+  /// runs what is in its pipe nested, so queued tasks would nest deeply).
+  void note_blocks(const task_spec& t) { stats_[stats_key(t)].blocks = true; }
+  /// The size of the result extent to offer `t` when it is sent (its function's
+  /// last large result), or 0.
+  std::uint64_t result_grant_size(const task_spec& t) const;
+
+ private:
+  struct fn_stats {
+    double ewma_ns = 0;
+    bool known = false;
+    std::uint64_t result_bytes = 0;  ///< size of its last single result
+    bool blocks = false;
+  };
+  static demand cpu_need(const task_spec& t) { return t.is_default() ? demand{1.0, 0, {}} : t.need; }
+  void take_cpu(worker_state& w, task_spec& t);
+
+  resource_ledger& ledger_;
+  directory& dir_;
+  task_graph& graph_;
+  std::vector<worker_state*> pool_;
+  std::unordered_map<std::uint64_t, fn_stats> stats_;
+};
+
+}  // namespace manta::runtime

@@ -1,0 +1,206 @@
+// runtime/processes.cpp: the scheduler's side of process lifecycles: asking for
+// a process, taking its pipes when it starts, and settling everything it held
+// when it dies (its tasks retried or failed, its extents and refs given back),
+// or when the node loses every process at once.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "observe/log.hpp"
+#include "runtime/scheduler.hpp"
+
+namespace manta::runtime {
+
+std::string describe_exit(int status) {
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char* abbrev = sigabbrev_np(sig);
+    return "signal " + std::to_string(sig) + " (SIG" + (abbrev ? abbrev : "?") + ": " + strsignal(sig) + ")";
+  }
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  return "unknown status " + std::to_string(status);
+}
+
+void scheduler::request_spawn(int slot) {
+  worker_link& w = link(slot);
+  w.st = worker_link::state::starting;
+  ++w.generation;
+  if (cfg_.control) cfg_.control->slots[slot].depth.store(0, std::memory_order_relaxed);
+  host_.spawn(slot, ++next_process_number_);
+}
+
+void scheduler::spawned(int slot, pid_t pid, int to_process, int from_process) {
+  if (slot < 0 || slot >= slots_in_use() || link(slot).st != worker_link::state::starting || lost_) {
+    ::close(to_process);
+    ::close(from_process);
+    host_.kill(pid);  // nobody asked for it (any more)
+    return;
+  }
+  worker_link& w = link(slot);
+  w.pid = pid;
+  w.out_fd = to_process;
+  w.in_fd = from_process;
+  ipc::set_nonblocking(w.out_fd, true);
+  ipc::set_nonblocking(w.in_fd, true);
+  if (cfg_.control) {
+    w.out = ipc::outbox(w.out_fd, {&cfg_.control->slots[slot].inbox_seq});
+    w.seen_seq = cfg_.control->slots[slot].outbox_seq.load(std::memory_order_acquire);
+  } else {
+    w.out = ipc::outbox(w.out_fd, {});
+  }
+  w.in = ipc::inbox(w.in_fd);
+  w.input_closed = w.dirty = w.write_armed = w.killed_to_cancel = false;
+  w.place.in_flight.clear();
+  w.place.blocked = w.place.active_default = w.place.nondefault = 0;
+  w.place.awaiting.clear();
+  w.place.holds_cpu = false;
+  w.place.usable = !w.actor;
+  w.st.store(worker_link::state::alive, std::memory_order_release);
+  if (w.actor) send_constructor(w, *w.actor);
+  dispatch();
+}
+
+void scheduler::spawn_failed(int slot, const std::string& why) {
+  if (slot < 0 || slot >= slots_in_use()) return;
+  worker_link& w = link(slot);
+  if (w.st != worker_link::state::starting) return;
+  w.st = worker_link::state::dead;
+  MANTA_ERROR << "could not start a process: " << why;
+  if (actor_record* a = w.actor) {
+    w.actor = nullptr;
+    a->host = -1;
+    actor_dead(*a, actor_error(*a, "could not start: " + why));
+    forget_actors();
+    dispatch();
+    return;
+  }
+  // A pool worker: the pool runs one short until a process can be started
+  // (node_runtime asks again as processes exit); if none is left, what waits
+  // for the pool fails rather than waiting forever.
+  const bool any = std::any_of(place_.workers().begin(), place_.workers().end(), [&](worker_state* p) {
+    return link(p->slot).st != worker_link::state::dead;
+  });
+  if (!any && !stopping_) lose_node("no worker process could be started: " + why);
+}
+
+void scheduler::respawn_missing() {
+  if (stopping_ || lost_) return;
+  for (worker_state* p : place_.workers())
+    if (link(p->slot).st == worker_link::state::dead) request_spawn(p->slot);
+}
+
+void scheduler::malformed(worker_link& w, const std::string& why) {
+  // Its death (reported by the zygote) retries its tasks; nothing more is read from it.
+  MANTA_ERROR << "worker pid " << w.pid << " sent a malformed message (" << why << "); replacing it";
+  w.place.usable = false;
+  host_.kill(w.pid);
+  w.input_closed = true;
+}
+
+void scheduler::close_link(worker_link& w) {
+  for (auto& [off, size] : w.extents) store_.deallocate(off);
+  w.extents.clear();
+  for (const auto& [id, pinned] : w.holds)
+    if (object_entry* e = dir_.find(id)) {
+      if (pinned) store_.unpin(e);
+      detail::release(e);
+    }
+  w.holds.clear();
+  if (std::exchange(w.write_armed, false)) host_.watch_writable(w, false);
+  for (int* fd : {&w.out_fd, &w.in_fd})
+    if (*fd >= 0) ::close(std::exchange(*fd, -1));
+  w.out = ipc::outbox();
+  w.in = ipc::inbox();
+  w.dirty = false;
+  w.place.usable = false;
+  w.st = worker_link::state::dead;
+}
+
+void scheduler::exited(worker_link& w, int status) {
+  if (w.st == worker_link::state::dead) return;
+  const std::string cause = describe_exit(status);
+  MANTA_DEBUG << "worker pid " << w.pid << " ended: " << cause;
+  if (!stopping_) processes_lost_.fetch_add(1, std::memory_order_relaxed);
+  if (w.actor) actor_host_died(w, cause);
+  else pool_worker_died(w, status);
+}
+
+void scheduler::pool_worker_died(worker_link& w, int status) {
+  const std::string cause = describe_exit(status);
+  // Which tasks were executing (not merely queued) when it died.
+  std::vector<std::uint64_t> running;
+  if (cfg_.control) {
+    const process::process_slot& slot = cfg_.control->slots[w.slot];
+    std::uint32_t depth = std::min<std::uint32_t>(slot.depth.load(), process::max_depth);
+    for (std::uint32_t i = 0; i < depth; ++i) running.push_back(slot.running[i].load());
+  }
+  auto was_running = [&](std::uint64_t key) {
+    return std::find(running.begin(), running.end(), key) != running.end();
+  };
+  std::vector<task_spec*> lost(w.place.in_flight.begin(), w.place.in_flight.end());
+  std::vector<std::pair<task_spec*, ipc::error_info>> failed;
+  for (auto it = lost.rbegin(); it != lost.rend(); ++it) {  // keep their order at the queue front
+    task_spec* t = *it;
+    place_.finished(w.place, *t);
+    unpin_inputs(*t);
+    t->worker = -1;
+    t->grant = ipc::no_offset;  // freed with the worker's other extents below
+    if (t->cancelled) {  // its results failed when it was cancelled
+      finish_task(t);
+      continue;
+    }
+    // Killed to cancel another task, the process did not fail the ones it ran.
+    if (was_running(t->key) && !w.killed_to_cancel) {
+      ++t->attempts;
+      if (t->options.max_retries >= 0 && t->attempts > t->options.max_retries) {
+        int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+        failed.emplace_back(t, ipc::error_info{ipc::error_kind::worker_crashed, "",
+                                               "manta: worker pid " + std::to_string(w.pid) + " running '" +
+                                                   t->name() + "' died from " + cause + " (tried " +
+                                                   std::to_string(t->attempts) + " times)",
+                                               t->name(), {}, w.pid, sig});
+        continue;
+      }
+    }
+    task_retries_.fetch_add(1, std::memory_order_relaxed);
+    graph_.enter(t, graph_.ready(), /*at_front=*/true);
+  }
+  place_.lost(w.place);
+  close_link(w);
+  for (auto& [t, err] : failed) fail_task(t, err);
+  if (!stopping_ && !lost_) request_spawn(w.slot);
+  dispatch();
+}
+
+void scheduler::lose_node(const std::string& why) {
+  if (lost_) return;
+  MANTA_ERROR << why << "; every task and actor of this runtime fails (shutdown and init to start again)";
+  lost_ = ipc::error_info{ipc::error_kind::node_died, "manta::node_died_error", "manta: " + why, {}, {}, 0, 0};
+  // Its processes die with it (or already did) and nobody reports them: what
+  // they ran fails, not retried, since nothing can run any more.
+  for (int i = 0; i < slots_in_use(); ++i) {
+    worker_link& w = link(i);
+    if (w.st == worker_link::state::dead) continue;
+    std::vector<task_spec*> lost(w.place.in_flight.begin(), w.place.in_flight.end());
+    for (task_spec* t : lost) {
+      place_.finished(w.place, *t);
+      unpin_inputs(*t);
+      t->worker = -1;
+      t->grant = ipc::no_offset;
+    }
+    place_.lost(w.place);
+    close_link(w);
+    if (actor_record* a = std::exchange(w.actor, nullptr)) a->host = -1;
+  }
+  for (auto& a : actors_) actor_dead(*a, *lost_);
+  // Everything left: in flight (just settled), ready, or waiting on arguments.
+  for (std::uint64_t key : graph_.keys())
+    if (task_spec* t = graph_.find(key)) fail_task(t, *lost_);
+  forget_actors();
+}
+
+}  // namespace manta::runtime

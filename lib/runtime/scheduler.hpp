@@ -1,0 +1,240 @@
+// runtime/scheduler.hpp: the node's scheduler. It takes tasks from submission to
+// their results: the task graph holds them, placement picks workers, actors get
+// their processes and queues; it handles every message workers send and writes
+// theirs into their outboxes. It starts no thread and forks nothing: processes
+// are asked of its host (node_runtime, or a test), so unit tests and fuzzers
+// drive it inside one process. Not thread-safe: node_runtime calls it with its
+// scheduler mutex held.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <manta/detail/introspect.hpp>
+
+#include "ipc/channel.hpp"
+#include "process/control.hpp"
+#include "ipc/messages.hpp"
+#include "runtime/actor_record.hpp"
+#include "runtime/directory.hpp"
+#include "runtime/object_store.hpp"
+#include "runtime/placement.hpp"
+#include "runtime/resources.hpp"
+#include "runtime/task_graph.hpp"
+
+namespace manta::runtime {
+
+/// The driver's side of one worker process or actor host, in slot `slot`.
+struct worker_link {
+  enum class state { dead, starting, alive };
+  int slot = 0;
+  std::uint64_t generation = 0;  ///< bumped per process in this slot
+  pid_t pid = -1;
+  /// Read by pollers without the scheduler mutex: set to alive (release) only
+  /// once the pipes are in place.
+  std::atomic<state> st{state::dead};
+  ipc::outbox out;
+  ipc::inbox in;  ///< read by the poller (poll role), not under the scheduler mutex
+  int out_fd = -1, in_fd = -1;
+  worker_state place;  ///< what it was sent, its CPU accounts
+  /// Objects it holds refs to; true once it was told where one lies (which pins it).
+  std::unordered_map<object_id, bool> holds;
+  std::unordered_map<std::uint64_t, std::uint64_t> extents;  ///< granted, not yet sealed: size
+  std::uint32_t seen_seq = 0;  ///< its outbox_seq when its pipe was last drained
+  actor_record* actor = nullptr;  ///< set when the process hosts an actor
+  bool input_closed = false;      ///< its pipe ended, or it sent garbage: read no more
+  bool killed_to_cancel = false;  ///< its death retries the other tasks without charging them
+  bool dirty = false, write_armed = false;
+};
+
+/// What the scheduler needs from outside: processes and the pipes' readiness.
+class scheduler_host {
+ public:
+  /// Start a process for `slot` (its pipes arrive through scheduler::spawned).
+  virtual void spawn(int slot, std::uint64_t process_number) = 0;
+  /// End a process now (SIGKILL); its death arrives through scheduler::exited.
+  virtual void kill(pid_t pid) = 0;
+  /// Call scheduler::writable when `w`'s pipe has room again (`on`), or stop.
+  virtual void watch_writable(worker_link& w, bool on) = 0;
+  /// An actor's last handle went on some thread: retire it from the I/O thread.
+  virtual void wake() = 0;
+
+ protected:
+  ~scheduler_host() = default;
+};
+
+/// "signal 9 (SIGKILL: Killed)" or "exit status 3", from a wait status.
+std::string describe_exit(int status);
+
+class scheduler {
+ public:
+  struct config {
+    std::size_t pool_size = 1;  ///< pool workers, in slots [0, pool_size)
+    std::size_t max_slots = 1;  ///< pool workers plus actor hosts
+    /// Shared with the processes: their sequence words and running tasks.
+    process::control_block* control = nullptr;
+  };
+  scheduler(config c, directory& dir, object_store& store, resource_ledger ledger, scheduler_host& host);
+  ~scheduler();
+  scheduler(const scheduler&) = delete;
+  scheduler& operator=(const scheduler&) = delete;
+
+  /// Asks for the pool's processes.
+  void start();
+
+  // ---- tasks (from user threads, and from workers' submit messages)
+  std::uint64_t new_key() noexcept { return next_key_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  /// Why the node can never run `t` (naming the resource), if so; sets what it needs.
+  /// Reads only the node's totals, which never change: callable without the mutex.
+  std::optional<std::string> admit(task_spec& t) const;
+  /// Registers a submitted task: it runs once its arguments are sealed.
+  void submit(std::unique_ptr<task_spec> t);
+  /// Cancels the unfinished task producing `e` (see manta::cancel).
+  void cancel(object_entry* e);
+  /// Sends ready tasks to workers (and starts actors that now fit).
+  void dispatch();
+
+  // ---- actors
+  /// Reserves `name` for the actor whose handles point to `entry`; false if taken.
+  bool reserve_name(const std::string& name, object_entry* entry);
+  /// The actor named `name`, holding one more count, or nullptr.
+  /// @throws usage_error if it is of another class
+  object_entry* find_actor(const std::string& name, std::uint64_t class_tag);
+  void kill_actor(object_entry* e);
+  /// The actor lost its last handle (on any thread): it stops.
+  void retire(actor_record* a);
+  std::map<std::string, double> resources(bool available_only) const;
+
+  // ---- processes and their messages (from the I/O side)
+  worker_link& link(int slot) { return *links_[static_cast<std::size_t>(slot)]; }
+  /// Slots [0, slots_in_use()) may hold a process. Thread-safe.
+  int slots_in_use() const noexcept { return slots_in_use_.load(std::memory_order_acquire); }
+  /// Handles one message from `w`. @throws ipc::protocol_error for a malformed
+  /// or impossible one (the caller then calls `malformed`).
+  void handle(worker_link& w, const ipc::frame& f);
+  /// `w` sent garbage: it is killed (its tasks are retried) and not read any more.
+  void malformed(worker_link& w, const std::string& why);
+  /// The process for `slot` started, with these pipes (fds now owned by the link).
+  void spawned(int slot, pid_t pid, int to_process, int from_process);
+  /// No process could be started for `slot`.
+  void spawn_failed(int slot, const std::string& why);
+  /// Asks again for pool processes that could not be started.
+  void respawn_missing();
+  /// The process in `w` is gone (everything it sent was handled): its tasks are
+  /// retried or fail, what it held goes back, a new one is asked for.
+  void exited(worker_link& w, int status);
+  /// The node cannot run anything any more (its zygote is gone): every task and
+  /// actor fails with `why`, and every later one too.
+  void lose_node(const std::string& why);
+  bool lost() const noexcept { return lost_.has_value(); }
+  /// `w`'s pipe has room again.
+  void writable(worker_link& w);
+  /// Writes what was batched for workers.
+  void flush_dirty();
+
+  // ---- shutdown and introspection
+  /// No process is replaced from now on.
+  void stopping() noexcept { stopping_ = true; }
+  /// Drops every task, actor and hold (all processes are gone).
+  void clear();
+  detail::runtime_counters counters() const {
+    return {tasks_finished_.load(), task_retries_.load(), processes_lost_.load(), actor_restarts_.load()};
+  }
+  std::size_t pool_size() const noexcept { return cfg_.pool_size; }
+  const task_graph& graph() const noexcept { return graph_; }
+  placement& placer() noexcept { return place_; }
+
+ private:
+  // scheduler.cpp: tasks
+  void register_task(task_spec* t);
+  void enqueue(task_spec* t) { graph_.enter(t, graph_.ready()); }
+  void send_task(worker_link& w, task_spec& t);
+  std::optional<std::string> pin_inputs(task_spec& t);
+  void unpin_inputs(task_spec& t);
+  /// Seals `e` with the value at `loc` (in `from`'s extent, if large).
+  void seal(object_entry* e, const ipc::value_location& loc, std::vector<object_id> contained,
+            worker_link* from);
+  /// Fails the task's results and everything depending on them; the task itself
+  /// is finished unless `in_flight` (then it ends when its process reports or dies).
+  void fail_task(task_spec* t, ipc::failure_ptr why, bool in_flight = false);
+  void fail_task(task_spec* t, ipc::error_info why, bool in_flight = false) {
+    fail_task(t, ipc::make_failure(std::move(why)), in_flight);
+  }
+  void cancel_task(task_spec* t);
+  void finish_task(task_spec* t);
+  void drop_grant(worker_link& w, task_spec& t);
+  void notify(const subscriber& s, object_entry* e);
+  void mark_dirty(worker_link& w, bool now);
+  void flush(worker_link& w);
+  void send_to(worker_link& w, const auto& m, bool now) {
+    ipc::append(w.out.buffer(), m);
+    mark_dirty(w, now);
+  }
+
+  // handlers.cpp: messages from workers
+  void on_task_done(worker_link& w, const ipc::task_done& m);
+  void on_submit(worker_link& w, const ipc::submit& m);
+  void on_put(worker_link& w, const ipc::put& m);
+  void on_block(worker_link& w, const ipc::block& m);
+  void on_unblock(worker_link& w, const ipc::unblock& m);
+  void on_alloc(worker_link& w, const ipc::alloc_request& m);
+  void on_find_actor(worker_link& w, const ipc::find_actor& m);
+  /// The refs inside a value `w` sent (read from the arena when it put a long
+  /// list there), after checking that the value lies where it may.
+  std::vector<object_id> read_contained(worker_link& w, const ipc::id_list& ids,
+                                        const ipc::value_location& loc);
+
+  // actors.cpp
+  /// A constructor was submitted: its actor exists (handles work) from now on;
+  /// it starts once the constructor's arguments are sealed.
+  void create_actor(task_spec* ctor);
+  void start_constructed(task_spec* ctor);
+  void start_actor(actor_record& a);
+  void start_waiting_actors();
+  void send_constructor(worker_link& host, actor_record& a);
+  void constructed(actor_record& a, const ipc::error_info* error);
+  void actor_dispatch(actor_record& a);
+  void actor_host_died(worker_link& w, const std::string& cause);
+  void actor_dead(actor_record& a, const ipc::error_info& why);
+  void give_back_resources(actor_record& a);
+  void forget_actors();
+  ipc::error_info actor_error(const actor_record& a, const std::string& what) const;
+  int free_host_slot();
+
+  // processes.cpp
+  void request_spawn(int slot);
+  void close_link(worker_link& w);
+  void pool_worker_died(worker_link& w, int status);
+
+  config cfg_;
+  directory& dir_;
+  object_store& store_;
+  resource_ledger ledger_;
+  scheduler_host& host_;
+  task_graph graph_;
+  placement place_;
+  std::vector<std::unique_ptr<worker_link>> links_;
+  std::atomic<int> slots_in_use_{0};
+  std::vector<int> dirty_;
+  std::atomic<std::uint64_t> next_key_{0};
+  std::uint64_t next_process_number_ = 0;
+  std::vector<std::unique_ptr<actor_record>> actors_;
+  std::unordered_map<std::string, object_entry*> actor_names_;  ///< counted
+  std::vector<actor_record*> waiting_actors_;  ///< waiting for resources
+  std::optional<ipc::error_info> lost_;
+  bool stopping_ = false;
+  std::atomic<std::uint64_t> tasks_finished_{0}, task_retries_{0}, processes_lost_{0}, actor_restarts_{0};
+  // Scratch for send_task.
+  std::vector<ipc::value_location> send_args_;
+  std::vector<object_id> send_ids_;
+};
+
+}  // namespace manta::runtime

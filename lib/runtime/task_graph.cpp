@@ -1,0 +1,135 @@
+// runtime/task_graph.cpp: adding, linking, failing and removing tasks.
+#include "runtime/task_graph.hpp"
+
+#include "runtime/actor_record.hpp"
+
+#include <algorithm>
+#include <cassert>
+
+namespace manta::runtime {
+
+task_spec::~task_spec() {
+  if (inputs_pinned)
+    for (auto* e : deps)
+      if (e->store) e->store->unpin(e);
+  for (auto* e : deps) detail::release(e);
+  for (auto* e : contained) detail::release(e);
+  for (auto* e : returns) detail::release(e);
+  detail::release(actor_entry);
+}
+
+ipc::failure_ptr task_graph::add(std::unique_ptr<task_spec> owned) {
+  task_spec* t = owned.get();
+  assert(!tasks_.count(t->key));
+  tasks_.emplace(t->key, std::move(owned));
+  if (t->parent) ++with_parent_;
+  for (auto* e : t->returns) e->producer_ = t;
+  // A failed argument fails the task before it waits on any other.
+  for (auto* e : t->deps)
+    if (e->status() == state_failed) return e->error;
+  for (auto* e : t->deps)
+    if (e->status() == state_pending) {
+      e->dependents_.push_back(t);
+      ++t->pending_deps;
+    }
+  return nullptr;
+}
+
+task_spec* task_graph::find(std::uint64_t key) const {
+  auto it = tasks_.find(key);
+  return it == tasks_.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::uint64_t> task_graph::keys() const {
+  std::vector<std::uint64_t> out;
+  out.reserve(tasks_.size());
+  for (const auto& [key, t] : tasks_) out.push_back(key);
+  return out;
+}
+
+void task_graph::remove(task_spec* t) {
+  leave(t);
+  stop_waiting(t);
+  for (auto* e : t->returns)
+    if (e->producer_ == t) e->producer_ = nullptr;
+  if (t->parent) --with_parent_;
+  tasks_.erase(t->key);  // deletes it
+}
+
+void task_graph::clear() {
+  // Edges first, so deleting a task (which releases entries) finds none.
+  for (auto& [key, t] : tasks_) {
+    if (t->in_lane) t->in_lane->clear();
+    t->in_lane = nullptr;
+    stop_waiting(t.get());
+    for (auto* e : t->returns)
+      if (e->producer_ == t.get()) e->producer_ = nullptr;
+  }
+  ready_.clear();
+  with_parent_ = 0;
+  tasks_.clear();
+}
+
+void task_graph::enter(task_spec* t, lane& l, bool at_front) {
+  leave(t);
+  if (at_front) l.push_front(t);
+  else l.push_back(t);
+  t->in_lane = &l;
+}
+
+void task_graph::leave(task_spec* t) {
+  lane* l = std::exchange(t->in_lane, nullptr);
+  if (!l) return;
+  // Mostly taken from either end: a worker's tasks finish in the order sent
+  // (or the reverse, when nested), queues are served from the front.
+  if (!l->empty() && l->front() == t) l->pop_front();
+  else if (!l->empty() && l->back() == t) l->pop_back();
+  else l->erase(std::find(l->begin(), l->end(), t));
+}
+
+void task_graph::sealed(object_entry* e, std::vector<task_spec*>& runnable) {
+  for (auto* d : e->dependents_)
+    if (--d->pending_deps == 0) runnable.push_back(d);
+  e->dependents_.clear();
+}
+
+void task_graph::stop_waiting(task_spec* t) {
+  if (t->pending_deps <= 0) return;
+  for (auto* d : t->deps) {
+    auto& ds = d->dependents_;
+    ds.erase(std::remove(ds.begin(), ds.end(), t), ds.end());
+  }
+  t->pending_deps = 0;
+}
+
+void task_graph::fail(task_spec* first, ipc::failure_ptr first_why, failure_spread& out) {
+  std::vector<std::pair<task_spec*, ipc::failure_ptr>> work{{first, std::move(first_why)}};
+  while (!work.empty()) {
+    auto [t, why] = std::move(work.back());
+    work.pop_back();
+    stop_waiting(t);
+    out.tasks.push_back(t);
+    for (auto* e : t->returns) {
+      if (e->status() != state_pending || e->error) continue;
+      e->error = why;
+      out.objects.push_back(e);
+      std::vector<task_spec*> dependents = std::move(e->dependents_);
+      e->dependents_.clear();
+      for (auto* d : dependents) {
+        if (d->pending_deps <= 0) continue;  // failed through another argument already
+        stop_waiting(d);
+        work.emplace_back(d, ipc::chain_failure(why, d->name()));
+      }
+    }
+  }
+}
+
+std::vector<task_spec*> task_graph::children_of(std::uint64_t parent) const {
+  std::vector<task_spec*> out;
+  if (with_parent_ == 0) return out;
+  for (const auto& [key, t] : tasks_)
+    if (t->parent == parent) out.push_back(t.get());
+  return out;
+}
+
+}  // namespace manta::runtime

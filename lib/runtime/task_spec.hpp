@@ -1,0 +1,71 @@
+// runtime/task_spec.hpp: a submitted task as the driver keeps it, from
+// submission until its results are sealed or it fails. Owned by the task graph.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <manta/detail/task_request.hpp>
+#include <manta/registry.hpp>
+
+#include "ipc/messages.hpp"
+#include "runtime/resources.hpp"
+
+namespace manta::runtime {
+
+struct object_entry;
+struct actor_record;
+struct task_spec;
+
+/// A queue a task waits in: the ready queue, an actor's call queue, or the
+/// tasks sent to one worker. A task is in one lane at most (task_spec::lane).
+using lane = std::deque<task_spec*>;
+
+struct task_spec {
+  task_spec() = default;
+  task_spec(const task_spec&) = delete;
+  task_spec& operator=(const task_spec&) = delete;
+  ~task_spec();
+
+  const std::string& name() const { return options.name.empty() ? fn->name : options.name; }
+  /// One CPU and nothing else: such tasks share their worker's CPU and may queue behind each other.
+  bool is_default() const { return need.cpu == 1 && need.gpu == 0 && need.custom.empty(); }
+  bool is_call() const { return actor && mode != detail::call_mode::construct; }
+
+  std::uint64_t key = 0;
+  const detail::function_info* fn = nullptr;
+  detail::call_mode mode = detail::call_mode::call;
+  std::uint16_t num_returns = 1;
+  std::uint16_t arg_count = 0;
+  detail::task_options options;
+  std::string args;                     ///< argument blob (process/args_blob.hpp)
+  std::vector<object_entry*> deps;      ///< counted
+  std::vector<object_entry*> contained; ///< counted
+  std::vector<object_entry*> returns;   ///< counted
+  std::uint64_t parent = 0;  ///< the task that submitted it from a worker, or 0
+
+  // Kept by the task graph.
+  int pending_deps = 0;  ///< arguments not sealed yet
+  lane* in_lane = nullptr;  ///< the queue it waits in, if any
+
+  // While it runs.
+  int attempts = 0;  ///< runs lost to crashes (or exceptions, with retry_exceptions)
+  int worker = -1;   ///< slot it was sent to, while in flight
+  demand need;            ///< what it holds while it runs
+  std::vector<int> gpus;  ///< GPU ids granted while it runs
+  bool charged = false;   ///< non-default tasks: `need` is taken from the ledger
+  bool blocked = false;   ///< waits in get/wait on its worker (its CPU is lent)
+  std::uint64_t grant = ipc::no_offset;  ///< extent offered for its result, while in flight
+  bool inputs_pinned = false;  ///< its large arguments are kept in the arena (while sent)
+  bool cancelled = false;  ///< cancelled while in flight: its results already failed
+
+  actor_record* actor = nullptr;       ///< method calls and constructors: the actor
+  object_entry* actor_entry = nullptr; ///< method calls: the actor's entry (counted)
+  /// A constructor submitted and not registered yet owns its actor's record.
+  std::unique_ptr<actor_record> new_actor;
+};
+
+}  // namespace manta::runtime
