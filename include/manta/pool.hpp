@@ -73,6 +73,7 @@ template <class R>
 void append_chunk(const object_ref<std::vector<R>>& chunk, std::vector<R>& out) {
   if constexpr (is_raw_v<std::vector<R>>) {
     object_data d = fetch(chunk.node(), no_deadline);
+    fetch_pin pin(chunk.node());  // unpinned once copied: a long map must not pin every chunk
     check_tag<std::vector<R>>(d);
     std::size_t old = out.size();
     out.resize(old + d.size / sizeof(R));

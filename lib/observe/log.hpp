@@ -1,5 +1,5 @@
 // observe/log.hpp: a small leveled logger. MANTA_LOG=error|warn|info|debug|trace sets
-// the level at run time (default warn); debug and trace compile out of release builds.
+// the level at run time (default warn); trace lines compile out of release builds.
 #pragma once
 
 #include <sstream>
@@ -33,12 +33,12 @@ class line {
 #define MANTA_ERROR MANTA_LOG_AT(::manta::log::level::error)
 #define MANTA_WARN MANTA_LOG_AT(::manta::log::level::warn)
 #define MANTA_INFO MANTA_LOG_AT(::manta::log::level::info)
-#ifdef NDEBUG
-#define MANTA_DEBUG \
-  for (bool manta_log_on_ = false; manta_log_on_; manta_log_on_ = false) \
-  ::manta::log::line(::manta::log::level::debug).stream()
-#define MANTA_TRACE MANTA_DEBUG
-#else
 #define MANTA_DEBUG MANTA_LOG_AT(::manta::log::level::debug)
+// Trace lines sit on hot paths: they exist in debug builds only.
+#ifdef NDEBUG
+#define MANTA_TRACE \
+  for (bool manta_log_on_ = false; manta_log_on_; manta_log_on_ = false) \
+  ::manta::log::line(::manta::log::level::trace).stream()
+#else
 #define MANTA_TRACE MANTA_LOG_AT(::manta::log::level::trace)
 #endif

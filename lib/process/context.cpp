@@ -49,12 +49,26 @@ context_use::~context_use() {
 process_context* current_context() noexcept { return current.load(std::memory_order_acquire); }
 void set_current_context(process_context* c) noexcept { current.store(c, std::memory_order_release); }
 
+namespace {
+std::atomic<bool> forked_away{false};  // this process is a fork of a driver's
+}  // namespace
+
 process_context& require_context(const char* what) {
   process_context* c = current_context();
   if (!c)
-    throw usage_error(std::string("manta: ") + what +
-                      " needs a running runtime; call manta::init() first");
+    throw usage_error(std::string("manta: ") + what + " needs a running runtime; call manta::init() first" +
+                      (forked_away.load() ? " (this process was forked from one running manta: the "
+                                            "runtime stays with the parent; init starts one of its own)"
+                                          : ""));
   return *c;
+}
+
+void forget_context_after_fork() noexcept {
+  current.store(nullptr, std::memory_order_release);
+  forked_away.store(true);
+  // Threads that held it shared in the parent do not exist here.
+  new (&context_mu) std::shared_mutex();
+  shared_depth = 0;
 }
 
 }  // namespace manta::process

@@ -50,6 +50,11 @@ void set_current_context(process_context* c) noexcept;
 /// The context, or a usage_error naming `what` was attempted without a runtime.
 process_context& require_context(const char* what);
 
+/// In a child the program forked from a driver: the runtime stays the parent's.
+/// The context is dropped (without touching the parent's processes), and so is
+/// the state of its lock, which threads of the parent may have held.
+void forget_context_after_fork() noexcept;
+
 }  // namespace manta::process
 
 namespace manta::detail {

@@ -179,9 +179,8 @@ detail::object_data worker_context::fetch(ref_node* node, detail::deadline until
   if (!n->ready) {
     subscribe(lock, {n});
     auto ready = [n] { return n->ready; };
-    bool ok = task_depth() > 0 && !actor_host_ && !threaded_
-                  ? blocked_await(lock, until, ready, {n}, 1)
-                  : await(lock, until, ready, arrivals::queue);
+    bool ok = task_depth() > 0 && waits_nest() ? blocked_await(lock, until, ready, {n}, 1)
+                                               : await(lock, until, ready, waiting_mode());
     if (!ok) throw timeout_error("manta: get timed out waiting for an object");
   }
   if (n->failed) ipc::throw_error(n->error);
@@ -204,8 +203,8 @@ void worker_context::wait(std::span<ref_node* const> nodes, std::size_t num, det
   };
   if (!enough()) {
     subscribe(lock, ns);
-    if (task_depth() > 0 && !actor_host_ && !threaded_) blocked_await(lock, until, enough, ns, num);
-    else await(lock, until, enough, arrivals::queue);
+    if (task_depth() > 0 && waits_nest()) blocked_await(lock, until, enough, ns, num);
+    else await(lock, until, enough, waiting_mode());
   }
   ready.assign(ns.size(), false);
   for (std::size_t i = 0; i < ns.size(); ++i) ready[i] = ns[i]->ready;
@@ -438,7 +437,10 @@ void worker_context::use_gpus(std::span<const std::int32_t> ids) {
   lock_t lock(mu_);
   gpu_ids_.assign(ids.begin(), ids.end());
   std::string list;
-  for (int g : gpu_ids_) list += (list.empty() ? "" : ",") + std::to_string(g);
+  for (int g : gpu_ids_) {
+    if (!list.empty()) list += ',';
+    list += std::to_string(g);
+  }
   ::setenv("CUDA_VISIBLE_DEVICES", list.c_str(), 1);
 }
 

@@ -115,6 +115,13 @@ class worker_context final : public process_context {
  private:
   using lock_t = std::unique_lock<std::mutex>;
 
+  /// A thread waiting in a pool worker runs tasks queued meanwhile (a task's
+  /// own thread: nested on its stack, its CPU lent; a thread the task started:
+  /// beside it, since the task may be waiting for that very thread); an actor
+  /// host's calls never nest or overlap.
+  bool waits_nest() const noexcept { return !actor_host_ && !threaded_; }
+  arrivals waiting_mode() const noexcept { return waits_nest() ? arrivals::nest : arrivals::queue; }
+
   local_node* checked(detail::ref_node* node);
   object_id next_id() { return {id_hi_, ++next_seq_}; }
   local_node* new_node(const object_id& id);

@@ -1,28 +1,75 @@
-// runtime/api.cpp: manta::init, manta::shutdown and the introspection calls.
+// runtime/api.cpp: manta::init, manta::shutdown and the introspection calls,
+// and what a fork of the driver does with the runtime (leaves it alone).
+#include <pthread.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <mutex>
 
 #include <manta/errors.hpp>
 #include <manta/runtime.hpp>
 
+#include "ipc/owned_fds.hpp"
 #include "runtime/introspect.hpp"
 #include "runtime/node_runtime.hpp"
 
 namespace manta {
 namespace {
 std::mutex lifecycle_mu;
-runtime::node_runtime* node = nullptr;
+runtime::node_runtime* node = nullptr;  ///< guarded by lifecycle_mu
+pid_t owner = 0;                        ///< the process that made `node`
+thread_local bool in_lifecycle = false;  ///< this thread holds lifecycle_mu
+bool locked_for_fork = false;
 
 bool in_worker() {
   process::process_context* c = process::current_context();
   return c && c->is_worker();
+}
+
+/// Holds lifecycle_mu and says so (init forks the zygote while it holds it, and
+/// a fork must not wait for the lock its own thread has).
+struct lifecycle_lock {
+  lifecycle_lock() {
+    lifecycle_mu.lock();
+    in_lifecycle = true;
+  }
+  ~lifecycle_lock() {
+    in_lifecycle = false;
+    lifecycle_mu.unlock();
+  }
+};
+
+// A fork by the program: the lock is held across it, so the child gets it free
+// and `node` unchanging. The child keeps nothing of the runtime: its context is
+// dropped, the runtime's descriptors closed, and its exit does not shut down
+// the parent's processes. Only the driver's own forks are concerned (never the
+// zygote, which init forks, nor the processes the zygote forks).
+void before_fork() {
+  if (owner == 0 || ::getpid() != owner || in_lifecycle) return;
+  lifecycle_mu.lock();
+  locked_for_fork = true;
+}
+void after_fork_in_parent() {
+  if (std::exchange(locked_for_fork, false)) lifecycle_mu.unlock();
+}
+void after_fork_in_child() {
+  const bool unlock = std::exchange(locked_for_fork, false);
+  if (node && owner != 0 && ::getpid() != owner) {
+    ipc::close_owned_fds();
+    process::forget_context_after_fork();
+    node = nullptr;  // the parent's; never touched here
+    owner = 0;
+  }
+  if (unlock) lifecycle_mu.unlock();
 }
 }  // namespace
 
 void init(const options& opts) {
   // Workers are forked while init holds lifecycle_mu: they must never take it.
   if (in_worker()) throw usage_error("manta::init called inside a task");
-  std::lock_guard lock(lifecycle_mu);
+  static bool fork_handlers = (::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child), true);
+  (void)fork_handlers;
+  lifecycle_lock lock;
   if (process::current_context()) {
     if (opts.ignore_reinit) return;
     throw usage_error("manta::init called twice; shut down first or set options.ignore_reinit");
@@ -32,6 +79,7 @@ void init(const options& opts) {
                       "which this build does not include");
   if (opts.num_workers < 0) throw usage_error("manta: options.num_workers must be >= 0");
   node = new runtime::node_runtime(opts);
+  owner = ::getpid();
   process::set_current_context(node);
   static bool at_exit = (std::atexit([] { shutdown(); }), true);
   (void)at_exit;
@@ -39,14 +87,21 @@ void init(const options& opts) {
 
 void shutdown() {
   if (in_worker()) return;  // a worker's runtime ends with its process
-  std::lock_guard lock(lifecycle_mu);
+  lifecycle_lock lock;
   if (!node) return;
+  if (::getpid() != owner) {  // forked without the fork handlers (a raw clone): not ours to stop
+    process::forget_context_after_fork();
+    node = nullptr;
+    owner = 0;
+    return;
+  }
   node->begin_stop();
   process::exclusive_context_scope exclusive;
   node->finish_stop();
   process::set_current_context(nullptr);
   delete node;
   node = nullptr;
+  owner = 0;
 }
 
 bool is_initialized() noexcept { return process::current_context() != nullptr; }

@@ -17,6 +17,7 @@
 
 #include "ipc/futex.hpp"
 #include "observe/log.hpp"
+#include "ipc/owned_fds.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -97,6 +98,7 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
   ipc::make_pipe(doorbell_, 0);
   ipc::set_nonblocking(doorbell_[0], true);
   ipc::set_nonblocking(doorbell_[1], true);
+  for (int fd : doorbell_) ipc::own_fd(fd);
   process::zygote_config zc;
   zc.doorbell_read = doorbell_[0];
   zc.doorbell_write = doorbell_[1];
@@ -111,6 +113,7 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
   // The doorbell is not in the epoll set: only the I/O thread reads it, so a
   // ring can never be consumed by a user thread polling in its place.
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  ipc::own_fd(epoll_fd_);
   sched_ = std::make_unique<scheduler>(
       scheduler::config{pool_size_, static_cast<std::size_t>(process::max_slots), control_}, *dir_, *store_,
       resource_ledger(cpus, gpus, std::move(custom)), *this);
@@ -179,9 +182,11 @@ void node_runtime::finish_stop() {
     sched_->clear();
   }
   for (auto* e : dir_->take_all()) e->store = nullptr;  // the arena is unmapped below
-  if (epoll_fd_ >= 0) ::close(std::exchange(epoll_fd_, -1));
-  for (int& fd : doorbell_)
-    if (fd >= 0) ::close(std::exchange(fd, -1));
+  for (int* fd : {&epoll_fd_, &doorbell_[0], &doorbell_[1]})
+    if (*fd >= 0) {
+      ipc::disown_fd(*fd);
+      ::close(std::exchange(*fd, -1));
+    }
   process::unmap_control_block(control_);
   control_ = nullptr;
   store_.reset();  // its spill file goes with it

@@ -1,21 +1,26 @@
 // runtime/output_forwarder.cpp: the forwarding thread.
 #include "runtime/output_forwarder.hpp"
 
+#include <limits.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <vector>
 
 #include "ipc/channel.hpp"
+#include "ipc/owned_fds.hpp"
 
 namespace manta::runtime {
 
 output_forwarder::output_forwarder() {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   ipc::make_pipe(wake_, 0);
+  for (int fd : {epoll_fd_, wake_[0], wake_[1]}) ipc::own_fd(fd);
   ipc::set_nonblocking(wake_[0], true);
   epoll_event ev{EPOLLIN, {.fd = wake_[0]}};
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_[0], &ev);
@@ -25,15 +30,22 @@ output_forwarder::output_forwarder() {
 output_forwarder::~output_forwarder() {
   stop();
   std::lock_guard lock(mu_);
-  for (auto& [fd, s] : streams_) ::close(fd);
+  for (auto& [fd, s] : streams_) {
+    ipc::disown_fd(fd);
+    ::close(fd);
+  }
   streams_.clear();
   for (int fd : {epoll_fd_, wake_[0], wake_[1]})
-    if (fd >= 0) ::close(fd);
+    if (fd >= 0) {
+      ipc::disown_fd(fd);
+      ::close(fd);
+    }
 }
 
 void output_forwarder::add(pid_t pid, int out_fd, int err_fd) {
   std::lock_guard lock(mu_);
   for (int fd : {out_fd, err_fd}) {
+    ipc::own_fd(fd);
     ipc::set_nonblocking(fd, true);
     streams_[fd] = stream{pid, fd == err_fd, {}};
     epoll_event ev{EPOLLIN, {.fd = fd}};
@@ -82,30 +94,68 @@ bool output_forwarder::forward(int fd, stream& s) {
     out += prefix + s.partial + "\n";
     s.partial.clear();
   }
-  if (!out.empty()) {
-    FILE* f = s.err ? stderr : stdout;
-    std::fwrite(out.data(), 1, out.size(), f);  // may block: only this thread waits
-    std::fflush(f);
-  }
+  if (!out.empty()) queue(s.err ? 1 : 0, std::move(out));
   return open;
+}
+
+void output_forwarder::queue(int which, std::string&& lines) {
+  if (pending_[which].size() + lines.size() > max_pending) {
+    dropped_[which] += lines.size();
+    return;
+  }
+  if (pending_[which].empty()) pending_[which] = std::move(lines);
+  else pending_[which] += lines;
+}
+
+bool output_forwarder::write_pending() {
+  bool all = true;
+  for (int which = 0; which < 2; ++which) {
+    const int fd = which == 0 ? STDOUT_FILENO : STDERR_FILENO;
+    std::string& p = pending_[which];
+    if (p.empty() && dropped_[which]) {
+      p = "(manta) " + std::to_string(dropped_[which]) +
+          " bytes of worker output were dropped: the driver's " + (which ? "stderr" : "stdout") +
+          " was not being read\n";
+      dropped_[which] = 0;
+    }
+    std::size_t done = 0;
+    while (done < p.size()) {
+      // A pipe that polls writable takes PIPE_BUF bytes without blocking; a file
+      // or terminal always does.
+      pollfd q{fd, POLLOUT, 0};
+      if (::poll(&q, 1, 0) <= 0 || !(q.revents & POLLOUT)) break;
+      ssize_t n = ::write(fd, p.data() + done, std::min<std::size_t>(p.size() - done, PIPE_BUF));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        done = p.size();  // stdout is closed or broken: nothing to write to
+        break;
+      }
+      done += static_cast<std::size_t>(n);
+    }
+    p.erase(0, done);
+    all = all && p.empty() && !dropped_[which];
+  }
+  return all;
 }
 
 void output_forwarder::run() {
   epoll_event evs[64];
   std::chrono::steady_clock::time_point give_up{};
   for (;;) {
-    bool stopping;
+    bool stopping, drained;
     {
       std::lock_guard lock(mu_);
       stopping = stopping_;
-      if (stopping && streams_.empty()) return;
+      drained = streams_.empty();
     }
     if (stopping && give_up == std::chrono::steady_clock::time_point{})
       give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    // Stopping, the rest is drained until every stream ends, bounded should a
-    // stray process still hold a pipe.
-    if (stopping && std::chrono::steady_clock::now() > give_up) return;
-    int n = ::epoll_wait(epoll_fd_, evs, 64, stopping ? 100 : -1);
+    // Stopping, the rest is drained until every stream ends and what waits is
+    // written, bounded should a stray process hold a pipe or nobody read stdout.
+    if (stopping && (std::chrono::steady_clock::now() > give_up || (drained && write_pending()))) return;
+    // While output waits for the driver's stdout, look again every 10 ms.
+    const bool waiting = !write_pending();
+    int n = ::epoll_wait(epoll_fd_, evs, 64, waiting ? 10 : stopping ? 100 : -1);
     for (int i = 0; i < n; ++i) {
       int fd = evs[i].data.fd;
       if (fd == wake_[0]) {
@@ -122,11 +172,13 @@ void output_forwarder::run() {
         s = std::move(it->second);
       }
       bool open = forward(fd, s);
+      write_pending();
       std::lock_guard lock(mu_);
       if (open) {
         streams_[fd] = std::move(s);
       } else {
         ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+        ipc::disown_fd(fd);
         ::close(fd);
         streams_.erase(fd);
       }

@@ -1,7 +1,8 @@
 // runtime/output_forwarder.hpp: what workers and actor hosts print reaches the
 // driver's stdout and stderr line by line, prefixed "(pid=N) ". A thread of its
-// own does it, so a driver whose terminal or pipe blocks (`| less`) stalls only
-// this thread, never the handling of results.
+// own does it and never blocks on the driver's stdout: when that is not read
+// (`| less` waiting), lines wait in a bounded buffer while workers go on, and
+// what does not fit is counted and reported instead of stalling them.
 #pragma once
 
 #include <sys/types.h>
@@ -18,6 +19,8 @@ class output_forwarder {
   /// A line longer than this is written in pieces (a process printing without
   /// newlines must not grow the driver's memory).
   static constexpr std::size_t max_line = 64 << 10;
+  /// Output waiting for the driver's stdout (or stderr) to be read, at most.
+  static constexpr std::size_t max_pending = 8 << 20;
 
   output_forwarder();
   ~output_forwarder();
@@ -39,6 +42,11 @@ class output_forwarder {
   void run();
   /// Reads what `fd` has; false at its end.
   bool forward(int fd, stream& s);
+  /// Appends complete lines for stdout (0) or stderr (1), or counts them dropped.
+  void queue(int which, std::string&& lines);
+  /// Writes what the driver's stdout and stderr take without blocking.
+  /// @returns true if everything went out.
+  bool write_pending();
 
   int epoll_fd_ = -1;
   int wake_[2] = {-1, -1};
@@ -46,6 +54,9 @@ class output_forwarder {
   std::unordered_map<int, stream> streams_;
   std::thread thread_;
   bool stopping_ = false;
+  // Only the forwarding thread touches these.
+  std::string pending_[2];
+  std::size_t dropped_[2] = {0, 0};
 };
 
 }  // namespace manta::runtime

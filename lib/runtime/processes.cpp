@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "observe/log.hpp"
+#include "ipc/owned_fds.hpp"
 #include "runtime/scheduler.hpp"
 
 namespace manta::runtime {
@@ -44,6 +45,8 @@ void scheduler::spawned(int slot, pid_t pid, int to_process, int from_process) {
   w.pid = pid;
   w.out_fd = to_process;
   w.in_fd = from_process;
+  ipc::own_fd(to_process);
+  ipc::own_fd(from_process);
   ipc::set_nonblocking(w.out_fd, true);
   ipc::set_nonblocking(w.in_fd, true);
   if (cfg_.control) {
@@ -112,7 +115,10 @@ void scheduler::close_link(worker_link& w) {
   w.holds.clear();
   if (std::exchange(w.write_armed, false)) host_.watch_writable(w, false);
   for (int* fd : {&w.out_fd, &w.in_fd})
-    if (*fd >= 0) ::close(std::exchange(*fd, -1));
+    if (*fd >= 0) {
+      ipc::disown_fd(*fd);
+      ::close(std::exchange(*fd, -1));
+    }
   w.out = ipc::outbox();
   w.in = ipc::inbox();
   w.dirty = false;

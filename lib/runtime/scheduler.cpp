@@ -13,6 +13,7 @@
 
 #include "observe/log.hpp"
 #include "process/args_blob.hpp"
+#include "ipc/owned_fds.hpp"
 
 namespace manta::runtime {
 
@@ -349,7 +350,10 @@ void scheduler::clear() {
     w->extents.clear();
     w->place.in_flight.clear();
     for (int fd : {w->out_fd, w->in_fd})
-      if (fd >= 0) ::close(fd);
+      if (fd >= 0) {
+        ipc::disown_fd(fd);
+        ::close(fd);
+      }
     w->out_fd = w->in_fd = -1;
     w->out = ipc::outbox();
     w->in = ipc::inbox();

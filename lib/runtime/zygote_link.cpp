@@ -12,11 +12,17 @@
 
 #include "ipc/channel.hpp"
 #include "ipc/fd_passing.hpp"
+#include "ipc/owned_fds.hpp"
 
 namespace manta::runtime {
 
+zygote_link::zygote_link(process::zygote_handle h) : h_(h) { ipc::own_fd(h_.socket); }
+
 zygote_link::~zygote_link() {
-  if (h_.socket >= 0) ::close(h_.socket);
+  if (h_.socket >= 0) {
+    ipc::disown_fd(h_.socket);
+    ::close(h_.socket);
+  }
 }
 
 void zygote_link::request(int slot, std::uint64_t process_number) {

@@ -17,7 +17,7 @@ namespace manta::runtime {
 class zygote_link {
  public:
   zygote_link() = default;
-  explicit zygote_link(process::zygote_handle h) : h_(h) {}
+  explicit zygote_link(process::zygote_handle h);
   zygote_link(const zygote_link&) = delete;
   zygote_link& operator=(const zygote_link&) = delete;
   ~zygote_link();

@@ -1,19 +1,18 @@
-// store/arena.cpp: the arena on a Boost.Interprocess managed segment.
+// store/arena.cpp: the arena: a memfd mapping managed by Boost.Interprocess.
 #include "store/arena.hpp"
 
 #include <sys/mman.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include <boost/interprocess/indexes/null_index.hpp>
 #include <boost/interprocess/managed_external_buffer.hpp>
-#include <boost/interprocess/mapped_region.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
 #include <boost/interprocess/mem_algo/rbtree_best_fit.hpp>
 #include <boost/interprocess/sync/mutex_family.hpp>
 
@@ -24,38 +23,40 @@ namespace bip = boost::interprocess;
 using managed = bip::basic_managed_external_buffer<
     char, bip::rbtree_best_fit<bip::null_mutex_family, bip::offset_ptr<void>, 64>, bip::null_index>;
 
-// The segment is sized with ftruncate, not Boost's truncate: that one calls
-// posix_fallocate, which would commit the whole arena in /dev/shm up front.
+// The segment is an anonymous memfd sized with ftruncate (sparse: a page is
+// taken when first written), mapped shared before the zygote is forked so every
+// process inherits it. It is not in /dev/shm: a small or shared /dev/shm (a
+// container's 64 MB, two drivers at once) cannot make a write die of SIGBUS,
+// and nothing has a name that could be left behind.
 struct arena::segment {
-  bip::mapped_region region;
+  void* base = nullptr;
+  std::size_t size = 0;
   managed memory;
+  ~segment() {
+    if (base) ::munmap(base, size);
+  }
 };
-
-namespace {
-std::string unique_name() {
-  static std::atomic<unsigned> counter{0};
-  return "manta-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-}
-}  // namespace
 
 arena::arena(std::size_t bytes) {
   bytes = std::max<std::size_t>(bytes, 1 << 20);
-  std::string name = unique_name();
-  bip::shared_memory_object::remove(name.c_str());
-  try {
-    bip::shared_memory_object shm(bip::create_only, name.c_str(), bip::read_write);
-    if (::ftruncate(shm.get_mapping_handle().handle, static_cast<off_t>(bytes)) != 0)
-      throw std::runtime_error("ftruncate failed");
-    segment_ = std::make_unique<segment>();
-    segment_->region = bip::mapped_region(shm, bip::read_write);
-    segment_->memory = managed(bip::create_only, segment_->region.get_address(), bytes);
-  } catch (const std::exception& e) {
-    bip::shared_memory_object::remove(name.c_str());
-    throw std::runtime_error("manta: cannot create the object arena (" + std::to_string(bytes) +
-                             " bytes): " + e.what());
+  int fd = ::memfd_create("manta-arena", MFD_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(std::string("manta: cannot create the object arena: ") + std::strerror(errno));
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw std::runtime_error("manta: cannot size the object arena (" + std::to_string(bytes) +
+                             " bytes): " + std::strerror(e));
   }
-  // Every manta process inherits the mapping through fork, so the name can go now.
-  bip::shared_memory_object::remove(name.c_str());
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int e = errno;
+  ::close(fd);  // the mapping keeps the memory; nothing else needs the descriptor
+  if (p == MAP_FAILED)
+    throw std::runtime_error("manta: cannot map the object arena (" + std::to_string(bytes) +
+                             " bytes): " + std::strerror(e));
+  segment_ = std::make_unique<segment>();
+  segment_->base = p;
+  segment_->size = bytes;
+  segment_->memory = managed(bip::create_only, p, bytes);
   base_ = static_cast<std::byte*>(segment_->memory.get_address());
   capacity_ = segment_->memory.get_size();
   ::madvise(base_, capacity_, MADV_HUGEPAGE);  // fewer faults for large objects, where allowed
@@ -91,13 +92,14 @@ std::size_t arena::free_bytes() const {
 std::size_t arena::default_size() {
   long pages = ::sysconf(_SC_PHYS_PAGES);
   long page = ::sysconf(_SC_PAGE_SIZE);
-  std::size_t want = static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) / 10 * 3;
-  struct statvfs s{};
-  if (::statvfs("/dev/shm", &s) == 0) {
-    std::size_t shm_free = static_cast<std::size_t>(s.f_bavail) * s.f_frsize;
-    want = std::min(want, shm_free / 10 * 9);
+  std::size_t memory = static_cast<std::size_t>(pages) * static_cast<std::size_t>(page);
+  // In a container, the cgroup's limit is what the arena's pages count against.
+  if (FILE* f = std::fopen("/sys/fs/cgroup/memory.max", "r")) {
+    unsigned long long limit = 0;
+    if (std::fscanf(f, "%llu", &limit) == 1 && limit > 0 && limit < memory) memory = limit;
+    std::fclose(f);
   }
-  return std::max<std::size_t>(want, 64 << 20);
+  return std::max<std::size_t>(memory / 10 * 3, 64 << 20);
 }
 
 }  // namespace manta::store

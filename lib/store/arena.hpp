@@ -1,7 +1,7 @@
-// store/arena.hpp: the shared-memory object arena. One Boost.Interprocess segment,
-// mapped before the zygote is forked so every manta process inherits it at the
-// same address. Its name is unlinked as soon as it is mapped: nothing is left in
-// /dev/shm, even if every process is killed.
+// store/arena.hpp: the shared-memory object arena. One anonymous shared mapping
+// (a memfd), managed by Boost.Interprocess's allocator, mapped before the zygote
+// is forked so every manta process inherits it at the same address. It has no
+// name anywhere: nothing is left behind, even if every process is killed.
 #pragma once
 
 #include <cstddef>
@@ -36,7 +36,7 @@ class arena {
   /// The largest request that could currently succeed is at most this.
   std::size_t free_bytes() const;
 
-  /// The default size: 30% of RAM, capped at 90% of what /dev/shm has free.
+  /// The default size: 30% of RAM (or of the cgroup's memory limit).
   static std::size_t default_size();
 
  private:

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "ipc/owned_fds.hpp"
+
 namespace manta::store {
 namespace {
 /// Ranges start on block boundaries, so punching one frees whole blocks.
@@ -18,7 +20,10 @@ std::uint64_t round_up(std::uint64_t n) { return (n + block - 1) / block * block
 }  // namespace
 
 spill_file::~spill_file() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ >= 0) {
+    ipc::disown_fd(fd_);
+    ::close(fd_);
+  }
 }
 
 void spill_file::open() {
@@ -33,6 +38,7 @@ void spill_file::open() {
     if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "cannot create a spill file in " + dir_);
     ::unlink(path.c_str());
   }
+  ipc::own_fd(fd_);
 }
 
 std::uint64_t spill_file::write(const void* data, std::size_t size) {
