@@ -93,6 +93,54 @@ void give_back_results(worker_context& ctx, task_invocation& inv) {
     if (res.set && res.offset != ipc::no_offset) ctx.give_back(res.offset);
 }
 
+/// Fills `done` with the task's results, or, when they cannot be sent, turns it
+/// into the failure that stopped them; then sends it.
+void complete(worker_context& ctx, task_invocation& inv, ipc::task_done& done, const std::string& name) {
+  // Long lists of refs inside results travel in the arena (place_ids may ask
+  // the driver for room, so this comes before the message is built).
+  std::vector<ipc::id_list> placed;
+  if (done.ok) {
+    try {
+      std::size_t inline_ids = 0;
+      for (auto& res : inv.results()) {
+        bool fits = res.contained.size() <= ipc::max_inline_ids &&
+                    inline_ids + res.contained.size() <= max_inline_result_ids;
+        if (fits) inline_ids += res.contained.size();
+        placed.push_back(ctx.place_ids(res.contained, /*in_arena=*/!fits));
+      }
+    } catch (...) {
+      for (auto& l : placed)
+        if (l.offset != ipc::no_offset) ctx.give_back(l.offset);
+      placed.clear();
+      done.ok = false;
+      done.error = ipc::error_from_exception(std::current_exception(), name, ::getpid());
+    }
+  }
+  if (done.ok) {
+    for (std::size_t i = 0; i < inv.results().size(); ++i) {
+      const auto& res = inv.results()[i];
+      done.results.push_back({placed[i], {res.tag, res.size, res.offset,
+                                          reinterpret_cast<const std::byte*>(res.inline_bytes.data())}});
+    }
+  } else {
+    give_back_results(ctx, inv);
+  }
+  try {
+    ctx.send_done(done, false);
+  } catch (const ipc::frame_too_large& e) {
+    if (done.ok) give_back_results(ctx, inv);
+    ipc::task_done failed;
+    failed.key = done.key;
+    failed.ok = false;
+    failed.grant_used = done.grant_used;
+    failed.ns = done.ns;
+    failed.error = {ipc::error_kind::usage, "manta::usage_error",
+                    "manta: the results of '" + name + "' are too large to send: " + e.what(), name, {},
+                    ::getpid(), 0};
+    ctx.send_done(failed, false);
+  }
+}
+
 }  // namespace
 
 void run_task_body(worker_context& ctx, const std::string& body) {
@@ -136,49 +184,7 @@ void run_task_body(worker_context& ctx, const std::string& body) {
   tl_running.pop_back();
   done.grant_used = inv.grant().taken;
 
-  // Long lists of refs inside results travel in the arena (place_ids may ask
-  // the driver for room, so this comes before the message is built).
-  std::vector<ipc::id_list> placed;
-  if (done.ok) {
-    try {
-      std::size_t inline_ids = 0;
-      for (auto& res : inv.results()) {
-        bool fits = res.contained.size() <= ipc::max_inline_ids &&
-                    inline_ids + res.contained.size() <= max_inline_result_ids;
-        if (fits) inline_ids += res.contained.size();
-        placed.push_back(ctx.place_ids(res.contained, /*in_arena=*/!fits));
-      }
-    } catch (...) {
-      for (auto& l : placed)
-        if (l.offset != ipc::no_offset) ctx.give_back(l.offset);
-      placed.clear();
-      done.ok = false;
-      done.error = ipc::error_from_exception(std::current_exception(), name, ::getpid());
-    }
-  }
-  if (done.ok) {
-    for (std::size_t i = 0; i < inv.results().size(); ++i) {
-      const auto& res = inv.results()[i];
-      done.results.push_back({placed[i], {res.tag, res.size, res.offset,
-                                          reinterpret_cast<const std::byte*>(res.inline_bytes.data())}});
-    }
-  } else {
-    give_back_results(ctx, inv);
-  }
-  try {
-    ctx.send_done(done, false);
-  } catch (const ipc::frame_too_large& e) {
-    give_back_results(ctx, inv);
-    ipc::task_done failed;
-    failed.key = m.key;
-    failed.ok = false;
-    failed.grant_used = done.grant_used;
-    failed.ns = done.ns;
-    failed.error = {ipc::error_kind::usage, "manta::usage_error",
-                    std::string("manta: the results of '") + name + "' are too large to send: " + e.what(),
-                    name, {}, ::getpid(), 0};
-    ctx.send_done(failed, false);
-  }
+  complete(ctx, inv, done, name);
   tl_keys.pop_back();
   ctx.record_depth(tl_keys.size(), 0);
   // Refs inside the results are held by their objects now (the driver reads

@@ -8,6 +8,8 @@
 
 namespace manta::runtime {
 
+task_spec::task_spec() = default;
+
 task_spec::~task_spec() {
   if (inputs_pinned)
     for (auto* e : deps)
@@ -130,6 +132,32 @@ std::vector<task_spec*> task_graph::children_of(std::uint64_t parent) const {
   for (const auto& [key, t] : tasks_)
     if (t->parent == parent) out.push_back(t.get());
   return out;
+}
+
+std::string task_graph::check(std::span<object_entry* const> entries) const {
+  auto live = [&](const task_spec* t) {
+    auto it = tasks_.find(t->key);
+    return it != tasks_.end() && it->second.get() == t;
+  };
+  std::unordered_map<const task_spec*, int> edges;
+  for (const object_entry* e : entries) {
+    if (e->producer_ && !live(e->producer_)) return "an object's producer is gone";
+    for (const task_spec* d : e->dependents_) {
+      if (!live(d)) return "an object lists a task that is gone among its dependents";
+      if (e->status() != state_pending) return "a sealed object still has dependents";
+      ++edges[d];
+    }
+  }
+  for (const auto& [key, t] : tasks_) {
+    if (t->pending_deps != edges[t.get()])
+      return "task " + std::to_string(key) + " counts " + std::to_string(t->pending_deps) +
+             " pending arguments but waits on " + std::to_string(edges[t.get()]);
+    if (t->in_lane && std::find(t->in_lane->begin(), t->in_lane->end(), t.get()) == t->in_lane->end())
+      return "task " + std::to_string(key) + " is not in the lane it names";
+  }
+  for (const task_spec* t : ready_)
+    if (!live(t) || t->in_lane != &ready_) return "the ready queue holds a task that is gone or elsewhere";
+  return {};
 }
 
 }  // namespace manta::runtime

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -68,6 +70,11 @@ class task_graph {
 
   /// Tasks submitted from inside the task `parent` and still here.
   std::vector<task_spec*> children_of(std::uint64_t parent) const;
+
+  /// Checks the graph's invariants against `entries` (every entry a test made):
+  /// dependents and producers are live tasks, pending counts match the edges,
+  /// lanes hold live tasks that know their lane. Empty if all hold (tests).
+  std::string check(std::span<object_entry* const> entries) const;
 
  private:
   std::unordered_map<std::uint64_t, std::unique_ptr<task_spec>> tasks_;

@@ -25,7 +25,7 @@ struct task_spec;
 using lane = std::deque<task_spec*>;
 
 struct task_spec {
-  task_spec() = default;
+  task_spec();  // out of line: it owns an actor_record, incomplete here
   task_spec(const task_spec&) = delete;
   task_spec& operator=(const task_spec&) = delete;
   ~task_spec();

@@ -1,0 +1,218 @@
+// placement_test: choosing workers without processes: idle workers first, short
+// tasks pipelined behind busy ones once their duration is known, a blocked
+// worker lending its CPU (and running the producers of what it waits for),
+// resources taken and given back. Durations are injected, no clock is read.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "runtime/placement.hpp"
+
+namespace {
+using namespace manta;
+using namespace manta::runtime;
+
+struct placement_fixture : ::testing::Test {
+  placement_fixture() {
+    fn.name.push_back('f');  // (assigning "f" trips a g++ 12 -Wrestrict false positive)
+    fn.id = 1;
+    for (int i = 0; i < 2; ++i) {
+      workers[i].slot = i;
+      workers[i].usable = true;
+    }
+    place.set_workers({&workers[0], &workers[1]});
+  }
+  ~placement_fixture() override {
+    for (auto& w : workers) w.in_flight.clear();
+    graph.clear();
+    for (auto* e : entries) {
+      e->store = nullptr;
+      delete e;
+    }
+  }
+  object_entry* object(bool sealed = false) {
+    object_entry* e = dir.create(dir.next_id(), 1);
+    if (sealed) e->state.store(state_ready);
+    dir.insert(e);
+    entries.push_back(e);
+    return e;
+  }
+  /// A default task (1 CPU) on `deps`, queued when all are sealed.
+  task_spec* task(std::vector<object_entry*> deps = {}, demand need = {1.0, 0, {}}) {
+    auto t = std::make_unique<task_spec>();
+    t->key = ++next_key;
+    t->fn = &fn;
+    t->need = std::move(need);
+    for (auto* d : deps) {
+      detail::acquire(d);
+      t->deps.push_back(d);
+    }
+    object_entry* out = object();
+    detail::acquire(out);
+    t->returns.push_back(out);
+    task_spec* raw = t.get();
+    graph.add(std::move(t));
+    if (raw->pending_deps == 0) graph.enter(raw, graph.ready());
+    return raw;
+  }
+  void send(worker_state& w, task_spec* t) {
+    t->worker = w.slot;
+    place.sent(w, *t);
+  }
+
+  detail::function_info fn;
+  directory dir{7, nullptr};
+  task_graph graph;
+  resource_ledger ledger{2, 2, {{"disk", 1}}};
+  placement place{ledger, dir, graph};
+  worker_state workers[2];
+  std::vector<object_entry*> entries;
+  std::uint64_t next_key = 0;
+};
+
+TEST_F(placement_fixture, idle_workers_first_then_nothing_until_durations_are_known) {
+  task_spec* a = task();
+  task_spec* b = task();
+  task_spec* c = task();
+  EXPECT_EQ(place.pick(*a), &workers[0]);
+  send(workers[0], a);
+  EXPECT_EQ(place.pick(*b), &workers[1]);
+  send(workers[1], b);
+  EXPECT_EQ(ledger.available().at("CPU"), 0);
+  EXPECT_EQ(place.pick(*c), nullptr);  // no CPU, and its duration is unknown
+  EXPECT_TRUE(place.blocks_later(*c));
+}
+
+TEST_F(placement_fixture, short_tasks_queue_behind_busy_workers_up_to_a_window) {
+  task_spec* a = task();
+  task_spec* b = task();
+  send(workers[0], a);
+  send(workers[1], b);
+  place.record(*a, 100'000, 8);  // 100 µs each: a 1 ms window holds 10
+  std::vector<task_spec*> queued;
+  for (int i = 0; i < 40; ++i) {
+    task_spec* t = task();
+    worker_state* w = place.pick(*t);
+    if (!w) break;
+    send(*w, t);
+    queued.push_back(t);
+  }
+  EXPECT_EQ(queued.size(), 18u);  // 10 per worker, one running on each already
+  EXPECT_EQ(workers[0].in_flight.size(), 10u);
+  EXPECT_EQ(workers[1].in_flight.size(), 10u);
+  EXPECT_EQ(ledger.available().at("CPU"), 0);  // queued tasks share their worker's CPU
+  for (auto* t : queued) place.finished(workers[t->worker], *t);
+  place.finished(workers[0], *a);
+  place.finished(workers[1], *b);
+  EXPECT_EQ(ledger.available().at("CPU"), 2);
+}
+
+TEST_F(placement_fixture, tasks_that_block_are_never_queued_behind_others) {
+  task_spec* a = task();
+  send(workers[0], a);
+  send(workers[1], task());
+  place.record(*a, 1000, 8);
+  place.note_blocks(*a);
+  EXPECT_EQ(place.pick(*task()), nullptr);
+}
+
+TEST_F(placement_fixture, a_blocked_worker_lends_its_cpu_and_runs_the_producer_it_waits_for) {
+  task_spec* outer = task();
+  task_spec* other = task();
+  send(workers[0], outer);
+  send(workers[1], other);
+  object_entry* in = object();
+  task_spec* producer = task({});          // queued, makes what `outer` waits for
+  task_spec* consumer = task({in});        // waits on an unsealed argument: not queued
+  (void)consumer;
+  place.blocked(workers[0], *outer, {1, {producer->returns[0]->id}});
+  EXPECT_EQ(ledger.available().at("CPU"), 1);  // lent
+  EXPECT_TRUE(place.lending(workers[0]));
+  auto lend = place.producers_to_lend(workers[0]);
+  ASSERT_EQ(lend.size(), 1u);
+  EXPECT_EQ(lend[0], producer);
+  send(workers[0], producer);  // nested on the blocked worker
+  EXPECT_FALSE(place.lending(workers[0]));  // it runs one now
+  place.finished(workers[0], *producer);
+  place.unblocked(workers[0], *outer);
+  EXPECT_EQ(ledger.available().at("CPU"), 0);
+}
+
+TEST_F(placement_fixture, producers_are_followed_through_tasks_still_waiting) {
+  task_spec* outer = task();
+  send(workers[0], outer);
+  send(workers[1], task());
+  object_entry* seed = object();
+  task_spec* first = task({});            // queued: makes `seed`'s input
+  task_spec* second = task({first->returns[0]});  // waits for `first`
+  place.blocked(workers[0], *outer, {1, {second->returns[0]->id}});
+  auto lend = place.producers_to_lend(workers[0]);
+  ASSERT_EQ(lend.size(), 1u);
+  EXPECT_EQ(lend[0], first);  // what `second` needs, since `second` cannot run yet
+  (void)seed;
+}
+
+TEST_F(placement_fixture, a_worker_whose_wait_can_go_on_is_not_lent) {
+  task_spec* outer = task();
+  send(workers[0], outer);
+  object_entry* ready = object(true);
+  place.blocked(workers[0], *outer, {1, {ready->id}});
+  EXPECT_FALSE(place.lending(workers[0]));  // it will resume at once: nothing may sit on top of it
+}
+
+TEST_F(placement_fixture, a_task_given_unsealed_refs_never_nests) {
+  task_spec* outer = task();
+  send(workers[0], outer);
+  send(workers[1], task());
+  object_entry* unsealed = object();
+  place.blocked(workers[0], *outer, {1, {object()->id}});
+  task_spec* careful = task();
+  detail::acquire(unsealed);
+  careful->contained.push_back(unsealed);  // a borrowed ref to an object not sealed yet
+  EXPECT_TRUE(place.may_wait_on_others(*careful));
+  EXPECT_EQ(place.pick(*careful), nullptr);
+  EXPECT_EQ(place.pick(*task()), &workers[0]);  // a plain one may nest there
+}
+
+TEST_F(placement_fixture, resources_are_taken_and_given_back_whole) {
+  task_spec* gpu = task({}, demand{1.0, 2, {{"disk", 1}}});
+  ASSERT_EQ(place.pick(*gpu), &workers[0]);
+  send(workers[0], gpu);
+  EXPECT_EQ(gpu->gpus.size(), 2u);
+  EXPECT_EQ(ledger.available().at("GPU"), 0);
+  EXPECT_EQ(ledger.available().at("disk"), 0);
+  task_spec* another = task({}, demand{1.0, 1, {}});
+  EXPECT_EQ(place.pick(*another), nullptr);  // no GPU left
+  EXPECT_FALSE(place.blocks_later(*another));  // later tasks may still pass it
+  place.finished(workers[0], *gpu);
+  EXPECT_EQ(ledger.available().at("GPU"), 2);
+  EXPECT_EQ(ledger.available().at("disk"), 1);
+  EXPECT_EQ(ledger.available().at("CPU"), 2);
+}
+
+TEST_F(placement_fixture, a_lost_worker_settles_its_accounts) {
+  task_spec* a = task();
+  task_spec* b = task();
+  send(workers[0], a);
+  send(workers[0], b);
+  place.blocked(workers[0], *a, {1, {object()->id}});
+  place.finished(workers[0], *a);
+  place.finished(workers[0], *b);
+  place.lost(workers[0]);
+  EXPECT_EQ(ledger.available().at("CPU"), 2);
+  EXPECT_FALSE(workers[0].usable);
+  EXPECT_EQ(place.pick(*task()), &workers[1]);
+}
+
+TEST_F(placement_fixture, a_result_extent_is_offered_once_large_results_are_seen) {
+  task_spec* a = task();
+  EXPECT_EQ(place.result_grant_size(*a), 0u);
+  place.record(*a, 1000, 16);  // inline-sized
+  EXPECT_EQ(place.result_grant_size(*a), 0u);
+  place.record(*a, 1000, 1 << 20);
+  EXPECT_EQ(place.result_grant_size(*task()), 1u << 20);
+}
+
+}  // namespace
