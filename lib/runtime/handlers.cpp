@@ -2,6 +2,7 @@
 // each. A worker is not trusted: whatever it names (tasks, objects, extents,
 // functions, actors) is checked before anything changes, and a message that
 // cannot be right throws protocol_error, after which the worker is replaced.
+#include <algorithm>
 #include <cstring>
 
 #include <manta/errors.hpp>
@@ -98,7 +99,7 @@ std::vector<object_id> scheduler::read_contained(worker_link& w, const ipc::id_l
   if (x == w.extents.end() || l.offset == loc.offset || l.count > x->second / sizeof(object_id))
     throw ipc::protocol_error("manta: a list of refs in an extent never granted to this worker");
   std::vector<object_id> ids(l.count);
-  std::memcpy(ids.data(), store_.base() + l.offset, l.count * sizeof(object_id));
+  if (l.count) std::memcpy(ids.data(), store_.base() + l.offset, l.count * sizeof(object_id));
   w.extents.erase(x);
   store_.deallocate(l.offset);
   return ids;
@@ -169,9 +170,13 @@ void scheduler::on_submit(worker_link& w, const ipc::submit& m) {
     if (!e || !e->actor) throw ipc::protocol_error("manta: a method call on an unknown actor");
     actor_entry = e;
   }
-  for (const auto& id : m.returns)
-    if ((id.hi >> 32) != dir_.epoch() || dir_.find(id))
+  for (std::size_t i = 0; i < m.returns.size(); ++i) {
+    const object_id& id = m.returns[i];
+    if ((id.hi >> 32) != dir_.epoch() || dir_.find(id) ||
+        std::find(m.returns.begin(), m.returns.begin() + static_cast<std::ptrdiff_t>(i), id) !=
+            m.returns.begin() + static_cast<std::ptrdiff_t>(i))
       throw ipc::protocol_error("manta: nested task with a foreign or reused id");
+  }
   std::vector<object_entry*> deps;
   for (const auto& id : m.deps) {
     object_entry* e = dir_.acquire(id);
