@@ -49,13 +49,18 @@ int report_and_block(int) {
 }
 int plus(int a, int b) { return a + b; }
 
-/// Puts and drops 1 MB values as fast as it can (each one asks the driver for room).
+/// Puts and drops 1 MB values as fast as it can (each one asks the driver for
+/// room); reports its pid once it is well into that loop.
 int put_forever(int) {
-  for (;;) {
+  for (int i = 0;; ++i) {
     auto r = manta::put(std::vector<char>(1 << 20, 'x'));
     auto b = manta::make_buffer<char>(1 << 20);
     b[0] = 'y';
     auto s = manta::put(std::move(b));
+    if (i == 3) {
+      int pid = ::getpid();
+      [[maybe_unused]] auto n = ::write(report_pipe[1], &pid, sizeof pid);
+    }
   }
 }
 
@@ -156,10 +161,10 @@ TEST_P(faults, processes_killed_while_allocating_do_not_wedge_the_arena) {
   const std::size_t before = manta::detail::arena_used_bytes();
   for (int round = 0; round < 20; ++round) {
     auto r = manta::task(put_forever).max_retries(0).remote(0);
-    // Let it allocate for a moment, then kill whichever worker runs it.
-    EXPECT_THROW(manta::get(r, 50ms), manta::timeout_error);
-    for (int pid : manta::detail::runtime_process_ids())
-      if (pid != manta::detail::runtime_process_ids()[0]) ::kill(pid, GetParam() ? GetParam() : SIGKILL);
+    // Once it allocates in a loop, kill the worker running it.
+    int pid = read_pid();
+    ASSERT_GT(pid, 0);
+    ::kill(pid, GetParam() ? GetParam() : SIGKILL);
     EXPECT_THROW(manta::get(r, 20s), manta::error);
   }
   // Every extent the dead processes held is back; the arena still serves.

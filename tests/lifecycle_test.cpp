@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <atomic>
 #include <future>
 #include <thread>
 
@@ -66,7 +67,9 @@ TEST(lifecycle, a_thread_blocked_in_get_is_released_by_shutdown) {
   manta::init({.num_workers = 1});
   auto r = manta::task(slow).remote(30000);
   std::promise<bool> threw;
+  std::atomic<pid_t> tid{0};
   std::thread waiter([&] {
+    tid = static_cast<pid_t>(::gettid());
     try {
       manta::get(r);
       threw.set_value(false);
@@ -75,8 +78,9 @@ TEST(lifecycle, a_thread_blocked_in_get_is_released_by_shutdown) {
     }
   });
   auto f = threw.get_future();
-  // Let it block for real, then shut down under it.
-  EXPECT_EQ(f.wait_for(100ms), std::future_status::timeout);
+  // Shut down once it sleeps in get for real (in the kernel, waiting on a futex).
+  EXPECT_TRUE(manta::testing::eventually([&] { return tid && manta::testing::blocked_in_futex(tid); }));
+  EXPECT_EQ(f.wait_for(0ms), std::future_status::timeout);
   manta::shutdown();
   ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
   EXPECT_TRUE(f.get());

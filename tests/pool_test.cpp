@@ -30,7 +30,7 @@ TEST_P(pool, map_keeps_order_for_any_chunk_size) {
   std::vector<int> xs(100001);
   std::iota(xs.begin(), xs.end(), -50000);
   for (std::size_t chunk : {0u, 1u, 7u, 100000u, 500000u}) {
-    auto ys = p.map(twice, xs, chunk == 1 ? 0 : chunk);
+    auto ys = p.map(twice, xs, chunk);
     ASSERT_EQ(ys.size(), xs.size());
     for (std::size_t i = 0; i < xs.size(); i += 997) EXPECT_EQ(ys[i], 2L * xs[i]);
     EXPECT_EQ(ys.back(), 2L * xs.back());

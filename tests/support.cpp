@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -47,6 +48,13 @@ bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds lim
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return true;
+}
+
+bool blocked_in_futex(pid_t tid) {
+  // "<syscall number> <args...>" while the thread is inside a system call.
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/syscall");
+  long nr = -1;
+  return (f >> nr) && nr == SYS_futex;
 }
 
 std::vector<std::string> shm_entries() {

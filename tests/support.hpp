@@ -39,6 +39,8 @@ bool gone(pid_t pid);
 /// like a process disappearing from /proc).
 bool eventually(const std::function<bool()>& cond,
                 std::chrono::milliseconds limit = std::chrono::seconds(10));
+/// True if thread `tid` of this process sleeps in a futex wait (a blocked get).
+bool blocked_in_futex(pid_t tid);
 /// Names of entries in /dev/shm.
 std::vector<std::string> shm_entries();
 /// Open file descriptors of this process.

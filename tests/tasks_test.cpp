@@ -115,6 +115,7 @@ TEST_P(tasks, an_exception_becomes_a_task_error_with_its_origin) {
   // A custom name shows in errors.
   try {
     manta::get(manta::task(throws_runtime).name("stage-2").remote(1));
+    FAIL() << "no exception";
   } catch (const manta::task_error& e) {
     EXPECT_EQ(e.function_name(), "stage-2");
   }
@@ -138,6 +139,7 @@ TEST_P(tasks, failures_flow_to_dependent_tasks_chained) {
   std::vector<manta::object_ref<int>> refs{bad};
   try {
     manta::get(manta::task(sum_refs).remote(refs));
+    FAIL() << "no exception";
   } catch (const manta::task_error& e) {
     EXPECT_EQ(e.message(), "it broke");
     EXPECT_EQ(e.chain(), "sum_refs");
@@ -145,8 +147,12 @@ TEST_P(tasks, failures_flow_to_dependent_tasks_chained) {
 }
 
 TEST_P(tasks, exceptions_are_retried_only_when_asked) {
+  auto before = manta::detail::counters().task_retries;
+  EXPECT_THROW(manta::get(manta::task(throws_runtime).max_retries(2).remote(1)), manta::task_error);
+  EXPECT_EQ(manta::detail::counters().task_retries, before);  // not asked: run once
   auto r = manta::task(throws_runtime).retry_exceptions(true).max_retries(2).remote(1);
   EXPECT_THROW(manta::get(r), manta::task_error);
+  EXPECT_EQ(manta::detail::counters().task_retries, before + 2);  // asked: run three times
 }
 
 TEST_P(tasks, tasks_run_in_other_processes_of_the_pool) {
