@@ -95,7 +95,8 @@ TEST_F(threads, four_driver_threads_use_every_call_at_once) {
                                 << " | " << first_error[3];
   // The runtime is whole afterwards.
   EXPECT_EQ(manta::get(manta::task(square).remote(12), 30s), 144);
-  EXPECT_EQ(manta::available_resources().at("CPU"), 2);
+  // (Workers killed to cancel give their CPU back once their deaths are handled.)
+  EXPECT_TRUE(manta::testing::eventually([] { return manta::available_resources().at("CPU") == 2; }));
 }
 
 TEST_F(threads, a_thread_waiting_in_get_holds_back_no_other_thread) {
