@@ -98,7 +98,7 @@ void give_back_results(worker_context& ctx, task_invocation& inv) {
 void complete(worker_context& ctx, task_invocation& inv, ipc::task_done& done, const std::string& name) {
   // Long lists of refs inside results travel in the arena (place_ids may ask
   // the driver for room, so this comes before the message is built).
-  std::vector<ipc::id_list> placed;
+  boost::container::small_vector<ipc::id_list, 1> placed;
   if (done.ok) {
     try {
       std::size_t inline_ids = 0;
@@ -144,7 +144,8 @@ void complete(worker_context& ctx, task_invocation& inv, ipc::task_done& done, c
 }  // namespace
 
 void run_task_body(worker_context& ctx, const std::string& body) {
-  std::vector<ipc::value_location> locations;
+  // Only read before the task runs (a nested task reuses it): no allocation per task.
+  thread_local std::vector<ipc::value_location> locations;
   ipc::frame_reader r(reinterpret_cast<const std::byte*>(body.data()), body.size());
   ipc::run_task m;
   try {

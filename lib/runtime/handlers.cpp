@@ -111,7 +111,7 @@ void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
   if (m.ok && m.results.size() != t->returns.size())
     throw ipc::protocol_error("manta: a task sent the wrong number of results");
   // Checked before anything changes: a bad value must not leave a half-done task.
-  std::vector<std::vector<object_id>> contained(m.ok ? m.results.size() : 0);
+  boost::container::small_vector<std::vector<object_id>, 1> contained(m.ok ? m.results.size() : 0);
   for (std::size_t i = 0; i < contained.size(); ++i)
     contained[i] = read_contained(w, m.results[i].contained, m.results[i].location);
   place_.finished(w.place, *t);

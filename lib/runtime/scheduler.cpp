@@ -40,12 +40,14 @@ void scheduler::start() {
 std::optional<std::string> scheduler::admit(task_spec& t) const {
   const detail::task_options& o = t.options;
   if (t.mode == detail::call_mode::method) return std::nullopt;  // takes nothing
-  const bool ctor = t.mode == detail::call_mode::construct;
-  const std::string what = (ctor ? "actor " : "task '") + t.name() + (ctor ? "" : "'");
+  auto what = [&] {
+    const bool ctor = t.mode == detail::call_mode::construct;
+    return (ctor ? "actor " : "task '") + t.name() + (ctor ? "" : "'");
+  };
   if (o.num_gpus != static_cast<int>(o.num_gpus))
-    return "manta: " + what + " asks for " + std::to_string(o.num_gpus) + " GPUs; GPUs are handed out whole";
+    return "manta: " + what() + " asks for " + std::to_string(o.num_gpus) + " GPUs; GPUs are handed out whole";
   t.need = demand{o.num_cpus, static_cast<int>(o.num_gpus), o.resources};
-  if (auto why = ledger_.infeasible(t.need)) return "manta: " + what + " " + *why;
+  if (auto why = ledger_.infeasible(t.need)) return "manta: " + what() + " " + *why;
   return std::nullopt;
 }
 
