@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <chrono>
 #include <atomic>
 #include <future>
@@ -28,7 +30,25 @@ bool init_inside() {
   }
   return false;
 }
-MANTA_REMOTE(slow, init_inside);
+/// Forks; the child tries the API (refused: it is not a worker) and exits
+/// normally. Returns 0 if the child saw the clear refusal.
+int fork_inside_a_task(int) {
+  pid_t child = ::fork();
+  if (child == 0) {
+    int code = 3;
+    try {
+      manta::put(1);
+      code = 1;
+    } catch (const manta::usage_error& e) {
+      code = std::string(e.what()).find("forked") != std::string::npos ? 0 : 2;
+    }
+    std::exit(code);  // atexit handlers and static destructors run, as in any child
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+}
+MANTA_REMOTE(slow, init_inside, fork_inside_a_task);
 
 std::size_t manta_segments() {
   auto e = shm_entries();
@@ -85,6 +105,14 @@ TEST(lifecycle, a_thread_blocked_in_get_is_released_by_shutdown) {
   ASSERT_EQ(f.wait_for(10s), std::future_status::ready);
   EXPECT_TRUE(f.get());
   waiter.join();
+}
+
+TEST(lifecycle, a_task_may_fork_and_its_child_is_no_worker) {
+  manta::init({.num_workers = 1});
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(manta::get(manta::task(fork_inside_a_task).remote(i), 30s), 0);
+  EXPECT_EQ(manta::get(manta::task(slow).remote(1), 30s), 1);  // the worker goes on
+  EXPECT_EQ(manta::detail::counters().processes_lost, 0u);
+  manta::shutdown();
 }
 
 TEST(lifecycle, init_inside_a_task_is_refused) {

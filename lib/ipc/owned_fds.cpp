@@ -30,4 +30,8 @@ void close_owned_fds() noexcept {
   }
 }
 
+void forget_owned_fds() noexcept {
+  for (auto& word : owned) word.store(0, std::memory_order_relaxed);
+}
+
 }  // namespace manta::ipc

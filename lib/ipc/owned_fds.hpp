@@ -11,5 +11,8 @@ void own_fd(int fd) noexcept;
 void disown_fd(int fd) noexcept;
 /// Closes every recorded descriptor. Async-signal-safe (for a fork child).
 void close_owned_fds() noexcept;
+/// Forgets every recorded descriptor without closing it (a new process role:
+/// the zygote does not own what the driver did).
+void forget_owned_fds() noexcept;
 
 }  // namespace manta::ipc

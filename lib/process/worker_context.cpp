@@ -12,6 +12,7 @@
 
 #include <manta/errors.hpp>
 
+#include "ipc/owned_fds.hpp"
 #include "observe/log.hpp"
 #include "process/task_runner.hpp"
 
@@ -30,6 +31,8 @@ worker_context::worker_context(const worker_config& c)
            /*wait_when_full=*/true) {
   ipc::set_nonblocking(c.from_driver, true);
   ipc::set_nonblocking(c.to_driver, true);
+  // A child the task forks must not write to the driver, nor keep its pipes open.
+  for (int fd : {c.from_driver, c.to_driver, c.doorbell}) ipc::own_fd(fd);
 }
 
 // ---- refs

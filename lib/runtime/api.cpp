@@ -54,6 +54,12 @@ void after_fork_in_parent() {
 }
 void after_fork_in_child() {
   const bool unlock = std::exchange(locked_for_fork, false);
+  if (process::process_context* c = process::current_context(); c && c->is_worker()) {
+    // A task forked: its child is not a worker (its messages would corrupt the
+    // worker's), so the API there says so instead.
+    ipc::close_owned_fds();
+    process::forget_context_after_fork();
+  }
   if (node && owner != 0 && ::getpid() != owner) {
     ipc::close_owned_fds();
     process::forget_context_after_fork();
