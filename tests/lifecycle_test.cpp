@@ -108,6 +108,10 @@ TEST(lifecycle, a_thread_blocked_in_get_is_released_by_shutdown) {
 }
 
 TEST(lifecycle, a_task_may_fork_and_its_child_is_no_worker) {
+  // A runtime before: its atexit shutdown is registered by then, and the
+  // workers of the next one (and their children) inherit it.
+  manta::init({.num_workers = 1});
+  manta::shutdown();
   manta::init({.num_workers = 1});
   for (int i = 0; i < 3; ++i) EXPECT_EQ(manta::get(manta::task(fork_inside_a_task).remote(i), 30s), 0);
   EXPECT_EQ(manta::get(manta::task(slow).remote(1), 30s), 1);  // the worker goes on

@@ -51,7 +51,11 @@ void set_current_context(process_context* c) noexcept { current.store(c, std::me
 
 namespace {
 std::atomic<bool> forked_away{false};  // this process is a fork of a driver's
+std::atomic<bool> spawned{false};      // the zygote or one of its descendants
 }  // namespace
+
+bool spawned_by_runtime() noexcept { return spawned.load(std::memory_order_relaxed); }
+void mark_spawned_by_runtime() noexcept { spawned.store(true, std::memory_order_relaxed); }
 
 process_context& require_context(const char* what) {
   process_context* c = current_context();

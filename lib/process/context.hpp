@@ -50,6 +50,12 @@ void set_current_context(process_context* c) noexcept;
 /// The context, or a usage_error naming `what` was attempted without a runtime.
 process_context& require_context(const char* what);
 
+/// This process is the zygote, a worker, an actor host, or a process one of
+/// them forked: never a driver (it cannot init, and its exit stops nothing).
+bool spawned_by_runtime() noexcept;
+/// Called by the zygote as it starts; inherited by everything it forks.
+void mark_spawned_by_runtime() noexcept;
+
 /// In a child the program forked from a driver: the runtime stays the parent's.
 /// The context is dropped (without touching the parent's processes), and so is
 /// the state of its lock, which threads of the parent may have held.

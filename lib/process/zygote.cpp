@@ -23,6 +23,7 @@
 #include "ipc/channel.hpp"
 #include "ipc/fd_passing.hpp"
 #include "ipc/owned_fds.hpp"
+#include "process/context.hpp"
 #include "process/worker.hpp"
 
 namespace manta::process {
@@ -129,6 +130,7 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
   // main, which must never run a second time in this process.
   std::set<pid_t> children;
   try {
+    mark_spawned_by_runtime();
     ipc::forget_owned_fds();  // the driver's, not the zygote's
     int driver_fd = watch_driver(driver);
     if (::getppid() != driver) ::_exit(0);  // the driver is gone already

@@ -21,10 +21,10 @@ pid_t owner = 0;                        ///< the process that made `node`
 thread_local bool in_lifecycle = false;  ///< this thread holds lifecycle_mu
 bool locked_for_fork = false;
 
-bool in_worker() {
-  process::process_context* c = process::current_context();
-  return c && c->is_worker();
-}
+/// The zygote, a worker or actor host, or a process one of them forked: the
+/// lifecycle belongs to the driver (these processes' copy of lifecycle_mu was
+/// taken when the zygote was forked, inside init).
+bool in_worker() { return process::spawned_by_runtime(); }
 
 /// Holds lifecycle_mu and says so (init forks the zygote while it holds it, and
 /// a fork must not wait for the lock its own thread has).
@@ -72,7 +72,7 @@ void after_fork_in_child() {
 
 void init(const options& opts) {
   // Workers are forked while init holds lifecycle_mu: they must never take it.
-  if (in_worker()) throw usage_error("manta::init called inside a task");
+  if (in_worker()) throw usage_error("manta::init called inside a task (or a process a task forked)");
   static bool fork_handlers = (::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child), true);
   (void)fork_handlers;
   lifecycle_lock lock;
