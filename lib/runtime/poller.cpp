@@ -172,14 +172,13 @@ void node_runtime::handle_zygote() {
       case zygote_link::reply::closed: {
         if (zygote_watched_.exchange(false)) ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, zygote_->socket(), nullptr);
         if (stopping_.load()) return;
-        const pid_t pid = zygote_->pid();
-        int status = zygote_->reap();
-        std::string why = "the runtime's zygote process (pid " + std::to_string(pid) + ") died" +
-                          (status >= 0 ? " from " + describe_exit(status) : "");
         {
-          scheduler_lock lock(*this);
-          lost_why_ = why;
-          sched_->lose_node(why);
+          scheduler_lock lock(*this);  // the zygote's pid is read under it (process_ids)
+          const pid_t pid = zygote_->pid();
+          int status = zygote_->reap();
+          lost_why_ = "the runtime's zygote process (pid " + std::to_string(pid) + ") died" +
+                      (status >= 0 ? " from " + describe_exit(status) : "");
+          sched_->lose_node(lost_why_);
         }
         lost_.store(true, std::memory_order_release);
         dir_->wake_all();
