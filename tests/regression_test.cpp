@@ -659,6 +659,45 @@ TEST(regression_process, three_hundred_actors_all_answer) {
   EXPECT_TRUE(r.ok()) << r.what();
 }
 
+// Defects 9 and 11 (a spawn that cannot happen; an exception escaping the
+// zygote's loop): with a hard limit of 48 descriptors, actors that cannot get a
+// process fail with an error saying why; a pipe the zygote could not create used
+// to throw out of its loop, unwinding into the program's main in the zygote.
+TEST(regression_process, actors_beyond_the_descriptor_limit_fail_clearly) {
+  auto r = in_child(
+      []() -> std::string {
+        rlimit low{48, 48};
+        if (::setrlimit(RLIMIT_NOFILE, &low) != 0) return std::string("setrlimit: ") + std::strerror(errno);
+        const pid_t me = ::getpid();
+        manta::init({.num_workers = 2});
+        if (::getpid() != me) ::_exit(97);  // a second copy of main: an exception unwound out of the zygote
+        const auto until = clock_type::now() + 30s;
+        std::vector<manta::actor_handle<Tiny>> actors;
+        for (int i = 0; i < 30; ++i) actors.push_back(manta::actor<Tiny>().remote());
+        int answered = 0, refused = 0;
+        for (auto& a : actors) {
+          try {
+            manta::get(a.task(&Tiny::pid).remote(), left(until));
+            ++answered;
+          } catch (const manta::actor_died_error& e) {
+            if (std::string(e.what()).find("open-file limit") == std::string::npos)
+              return std::string("an unclear refusal: ") + e.what();
+            ++refused;
+          } catch (const manta::error& e) {
+            return std::string("not actor_died_error: ") + e.what();
+          }
+        }
+        if (refused == 0) return "no actor was refused: the limit did not bite";
+        if (answered == 0) return "no actor answered";
+        actors.clear();
+        if (manta::get(manta::task(plus).remote(2, 3), left(until)) != 5) return "the pool broke";
+        manta::shutdown();
+        return "";
+      },
+      45s);
+  EXPECT_TRUE(r.ok()) << r.what();
+}
+
 // ---- 10. A /dev/shm smaller than the arena
 
 // Defect 10: the arena was sized and written without checking that /dev/shm can
