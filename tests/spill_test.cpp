@@ -223,11 +223,18 @@ TEST_F(spilling, workers_killed_while_reading_spilled_objects_leave_nothing_pinn
   auto refs = put_blocks(16);
   std::atomic<bool> stop{false};
   std::atomic<int> kills{0};
+#if defined(__SANITIZE_THREAD__)
+  // A sum over 4 MiB takes ten times longer there: kills as often would leave
+  // no attempt the time to finish.
+  constexpr int slower = 6;
+#else
+  constexpr int slower = 1;
+#endif
   std::thread killer([&] {
     std::mt19937 rng(11);
     while (!stop.load()) {
       // The chaos interval, not a wait for anything.
-      std::this_thread::sleep_for(std::chrono::milliseconds(15 + rng() % 20));
+      std::this_thread::sleep_for(std::chrono::milliseconds((15 + rng() % 20) * slower));
       auto pids = manta::detail::runtime_process_ids();
       if (pids.size() > 1 && ::kill(pids[1 + rng() % (pids.size() - 1)], SIGKILL) == 0) ++kills;
     }
