@@ -17,6 +17,9 @@ namespace manta {
 namespace {
 std::mutex lifecycle_mu;
 runtime::node_runtime* node = nullptr;  ///< guarded by lifecycle_mu
+/// The parent's runtime, in a child forked from it: never used or freed there
+/// (kept reachable, so a leak checker in the child does not report it).
+runtime::node_runtime* left_by_fork = nullptr;
 pid_t owner = 0;                        ///< the process that made `node`
 thread_local bool in_lifecycle = false;  ///< this thread holds lifecycle_mu
 bool locked_for_fork = false;
@@ -63,7 +66,7 @@ void after_fork_in_child() {
   if (node && owner != 0 && ::getpid() != owner) {
     ipc::close_owned_fds();
     process::forget_context_after_fork();
-    node = nullptr;  // the parent's; never touched here
+    left_by_fork = std::exchange(node, nullptr);  // the parent's; never touched here
     owner = 0;
   }
   if (unlock) lifecycle_mu.unlock();
@@ -97,7 +100,7 @@ void shutdown() {
   if (!node) return;
   if (::getpid() != owner) {  // forked without the fork handlers (a raw clone): not ours to stop
     process::forget_context_after_fork();
-    node = nullptr;
+    left_by_fork = std::exchange(node, nullptr);
     owner = 0;
     return;
   }
