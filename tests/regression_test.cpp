@@ -528,6 +528,35 @@ TEST_F(regression, a_forked_child_exiting_leaves_the_parent_runtime_alone) {
   }
 }
 
+// Found by review of the restructuring: a child the driver forks that drops its
+// copy of a ref freed the object's extent in the allocator it shares with the
+// parent; the parent's next put reused it under a live object.
+TEST_F(regression, a_forked_child_dropping_refs_frees_nothing_of_the_parent) {
+  start(1);
+  auto a = manta::put(std::vector<int>(1 << 20, 1));
+  const std::size_t used = manta::detail::arena_used_bytes();
+  std::fflush(nullptr);
+  pid_t child = ::fork();
+  if (child == 0) {
+    a = {};  // its copy of the ref goes
+    std::exit(0);
+  }
+  int status = 0;
+  bool ended =
+      manta::testing::eventually([&] { return ::waitpid(child, &status, WNOHANG) == child; }, 5s);
+  if (!ended) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
+  EXPECT_TRUE(ended) << "the child did not exit within 5 s";
+  EXPECT_EQ(manta::detail::arena_used_bytes(), used);
+  auto b = manta::put(std::vector<int>(1 << 20, 2));
+  auto view = manta::get_view(a);
+  EXPECT_EQ(view[0], 1);
+  EXPECT_EQ(view[(1 << 20) - 1], 1);
+  EXPECT_EQ(manta::get_view(b)[0], 2);
+}
+
 // ---- 6. A throwing argument leaks what was stored before it
 
 // Defect 6: an argument that throws (an empty ref) after a large one was already

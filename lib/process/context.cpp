@@ -52,9 +52,13 @@ void set_current_context(process_context* c) noexcept { current.store(c, std::me
 namespace {
 std::atomic<bool> forked_away{false};  // this process is a fork of a driver's
 std::atomic<bool> spawned{false};      // the zygote or one of its descendants
+/// The runtime a fork left behind in this process (0: none). Its refs are never
+/// freed here: their entries point into the arena the parent still uses.
+std::atomic<std::uint32_t> abandoned_epoch{0};
 }  // namespace
 
 bool spawned_by_runtime() noexcept { return spawned.load(std::memory_order_relaxed); }
+std::uint32_t abandoned_epoch_of_fork() noexcept { return abandoned_epoch.load(std::memory_order_relaxed); }
 void mark_spawned_by_runtime() noexcept { spawned.store(true, std::memory_order_relaxed); }
 
 process_context& require_context(const char* what) {
@@ -68,6 +72,7 @@ process_context& require_context(const char* what) {
 }
 
 void forget_context_after_fork() noexcept {
+  if (process_context* c = current.load(std::memory_order_acquire)) abandoned_epoch.store(c->epoch());
   current.store(nullptr, std::memory_order_release);
   forked_away.store(true);
   // Threads that held it shared in the parent do not exist here.
@@ -86,8 +91,9 @@ void release_slow(ref_node* n) noexcept {
   process::process_context* c = process::current_context();
   if (c && n->epoch == c->epoch())
     c->release(n);
-  else
+  else if (n->epoch != process::abandoned_epoch_of_fork())
     delete n;  // the runtime that made it is gone: nothing else refers to it
+  // else: the parent's, in a fork child: freeing it would free the parent's bytes
 }
 
 ref_node* put_value(const encoded_value& v) {

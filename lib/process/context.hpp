@@ -55,6 +55,9 @@ process_context& require_context(const char* what);
 bool spawned_by_runtime() noexcept;
 /// Called by the zygote as it starts; inherited by everything it forks.
 void mark_spawned_by_runtime() noexcept;
+/// In a fork child, the epoch of the runtime it left behind (0 if none): refs
+/// of that runtime are never freed there (their bytes are the parent's).
+std::uint32_t abandoned_epoch_of_fork() noexcept;
 
 /// In a child the program forked from a driver: the runtime stays the parent's.
 /// The context is dropped (without touching the parent's processes), and so is
