@@ -187,6 +187,24 @@ class view {
 
   using element_type = typename detail::element_of<T>::type;
 
+  view(const view& o) : ref_(o.ref_), pin_(o.pin_), data_(o.data_), aligned_(o.aligned_), value_(o.value_) {
+    if (!aligned_.empty()) data_.data = reinterpret_cast<const std::byte*>(aligned_.data());
+  }
+  view(view&&) noexcept = default;
+  /// The view it held goes with the old value: its pin before its ref, so the
+  /// pin never outlives the object it pins.
+  view& operator=(view o) noexcept {
+    swap(o);
+    return *this;
+  }
+  void swap(view& o) noexcept {
+    std::swap(ref_, o.ref_);
+    std::swap(pin_, o.pin_);
+    std::swap(data_, o.data_);
+    aligned_.swap(o.aligned_);
+    value_.swap(o.value_);
+  }
+
   const element_type* data() const noexcept
     requires detail::is_contiguous_raw_v<T>
   {

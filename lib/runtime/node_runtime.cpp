@@ -190,6 +190,14 @@ void node_runtime::finish_stop() {
   process::unmap_control_block(control_);
   control_ = nullptr;
   store_.reset();  // its spill file goes with it
+  if (std::int64_t pins = user_pins_.load(); pins > 0) {
+    // A thread still decodes a get, or holds a view: unmapping would pull the
+    // bytes from under it. The mapping stays until the process ends.
+    MANTA_WARN << pins << " read" << (pins == 1 ? "" : "s")
+               << " of stored objects (get, get_view) outlived shutdown: the object store stays mapped";
+    static auto* kept = new std::vector<std::unique_ptr<store::arena>>();  // reachable, never freed
+    kept->push_back(std::move(arena_));
+  }
   arena_.reset();
 }
 
@@ -329,7 +337,20 @@ detail::object_data node_runtime::fetch(detail::ref_node* n, detail::deadline un
   }
   if (e->status() == state_failed) ipc::throw_error(e->error->describe());
   store_->pin(e);  // brings it back from the spill file if it is there
+  if (e->large) user_pins_.fetch_add(1, std::memory_order_relaxed);
   return {e->type_tag, e->data(), e->size};
+}
+
+void node_runtime::repin(detail::ref_node* n) noexcept {
+  auto* e = static_cast<object_entry*>(n);
+  store_->repin(e);
+  if (e->large) user_pins_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void node_runtime::unpin(detail::ref_node* n) noexcept {
+  auto* e = static_cast<object_entry*>(n);
+  store_->unpin(e);
+  if (e->large) user_pins_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void node_runtime::wait(std::span<detail::ref_node* const> nodes, std::size_t num, detail::deadline until,

@@ -65,8 +65,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::vector<int> gpu_ids() override { return {}; }
   std::map<std::string, double> resources(bool available_only) override;
   void release(detail::ref_node* n) noexcept override;
-  void repin(detail::ref_node* n) noexcept override { store_->repin(static_cast<object_entry*>(n)); }
-  void unpin(detail::ref_node* n) noexcept override { store_->unpin(static_cast<object_entry*>(n)); }
+  void repin(detail::ref_node* n) noexcept override;
+  void unpin(detail::ref_node* n) noexcept override;
   void submit(detail::task_request&& request, detail::ref_node** returns) override;
   std::size_t worker_count() const noexcept override { return pool_size_; }
   std::uint32_t epoch() const noexcept override { return epoch_; }
@@ -155,6 +155,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::atomic<bool> lost_{false};  ///< the node lost its zygote: nothing can run any more
   std::string lost_why_;           ///< why; written before lost_ is set
   std::atomic<int> active_calls_{0};
+  /// Pins user threads hold on arena objects (a get decoding, a view): while
+  /// any remain at shutdown, the arena stays mapped (they read it).
+  std::atomic<std::int64_t> user_pins_{0};
   tbb::concurrent_queue<task_spec*> submissions_;  ///< from user threads, not yet registered (owned)
   tbb::concurrent_queue<actor_record*> retired_;   ///< actors whose last handle went, to stop
 
