@@ -276,6 +276,31 @@ manta::buffer<double> big_buffer(std::size_t n) {
   return b;
 }
 
+/// Starts a thread that waits for a new task, and joins it.
+int waits_through_a_thread(int x) {
+  int v = -1;
+  // No timeout here (the test bounds the outer get): a wait with a timeout inside
+  // a task runs nothing meanwhile, so it could not show the hang.
+  std::thread t([&] { v = manta::get(manta::task(plus).remote(x, 1)); });
+  t.join();
+  return v;
+}
+
+/// Counts its runs in `log`; it and a thread it starts each wait for 200 short
+/// tasks (some of which run on that thread), then it crashes.
+int crashes_after_its_thread_ran_tasks(std::string log) {
+  { std::ofstream(log, std::ios::app) << "run\n"; }
+  std::atomic<int> sum{0};
+  std::thread helper([&] {
+    for (int i = 0; i < 200; ++i) sum += manta::get(manta::task(plus).remote(0, 1));
+  });
+  for (int i = 0; i < 200; ++i) sum += manta::get(manta::task(plus).remote(0, 1));
+  helper.join();
+  ::raise(SIGSEGV);
+  return sum;
+}
+
+MANTA_REMOTE(waits_through_a_thread, crashes_after_its_thread_ran_tasks);
 MANTA_REMOTE(plus, slow, crash_always, filled, add, boom, inc, half, threads_in_a_task,
              copies_of_a_ref, send_huge_block_count, send_huge_contained_count, print_64k,
              print_without_newline, big_buffer);
@@ -620,6 +645,33 @@ TEST_F(regression, views_assigned_over_each_other_free_each_object_once) {
   copy = {};
   EXPECT_TRUE(manta::testing::eventually([] { return manta::detail::object_count() == 0; }));
   EXPECT_EQ(manta::detail::arena_used_bytes(), 0u);
+}
+
+// Found by review of the restructuring: a thread a task starts, waiting for a
+// new task while every worker ran such a task, waited forever (the driver did
+// not know that worker was waiting: nothing was lent).
+TEST_F(regression, threads_tasks_start_may_wait_while_every_worker_is_busy) {
+  start(2);
+  std::vector<manta::object_ref<int>> outers;
+  for (int i = 0; i < 4; ++i) outers.push_back(manta::task(waits_through_a_thread).remote(i));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(manta::get(outers[static_cast<std::size_t>(i)], 30s), i + 1);
+}
+
+// Found by review of the restructuring: when a thread a task started ran tasks
+// beside it, the worker's record of the running task was overwritten; its crash
+// then counted as a queued task's and it was run again (and again) despite
+// max_retries(0).
+TEST_F(regression, a_task_that_crashes_after_its_thread_ran_tasks_is_charged) {
+  start(2);
+  const std::string log = manta::testing::temp_path("runs");
+  std::remove(log.c_str());
+  EXPECT_THROW(manta::get(manta::task(crashes_after_its_thread_ran_tasks).max_retries(0).remote(log), 30s),
+               manta::worker_crashed_error);
+  int runs = 0;
+  std::ifstream f(log);
+  for (std::string line; std::getline(f, line);) ++runs;
+  EXPECT_EQ(runs, 1);
+  std::remove(log.c_str());
 }
 
 // ---- 6. A throwing argument leaks what was stored before it

@@ -164,7 +164,7 @@ void run_task_body(worker_context& ctx, const std::string& body) {
     const auto& loc = locations[i];
     args[i] = {loc.inline_data ? loc.inline_data : ctx.arena_base() + loc.offset, loc.size, loc.type_tag};
   }
-  ctx.record_depth(tl_keys.size(), m.key);
+  ctx.task_started(m.key);
   tl_keys.push_back(m.key);
   task_invocation inv(ctx, std::move(args), m.returns.size(), {m.grant_offset, m.grant_size});
   tl_running.push_back(&inv);
@@ -187,7 +187,7 @@ void run_task_body(worker_context& ctx, const std::string& body) {
 
   complete(ctx, inv, done, name);
   tl_keys.pop_back();
-  ctx.record_depth(tl_keys.size(), 0);
+  ctx.task_ended();
   // Refs inside the results are held by their objects now (the driver reads
   // task_done before these releases): inv's destructor lets them go.
 }

@@ -181,10 +181,8 @@ detail::object_data worker_context::fetch(ref_node* node, detail::deadline until
   auto* n = checked(node);
   if (!n->ready) {
     subscribe(lock, {n});
-    auto ready = [n] { return n->ready; };
-    bool ok = task_depth() > 0 && waits_nest() ? blocked_await(lock, until, ready, {n}, 1)
-                                               : await(lock, until, ready, waiting_mode());
-    if (!ok) throw timeout_error("manta: get timed out waiting for an object");
+    if (!wait_for_objects(lock, until, [n] { return n->ready; }, {n}, 1))
+      throw timeout_error("manta: get timed out waiting for an object");
   }
   if (n->failed) ipc::throw_error(n->error);
   const std::byte* data = n->offset == ipc::no_offset
@@ -206,8 +204,7 @@ void worker_context::wait(std::span<ref_node* const> nodes, std::size_t num, det
   };
   if (!enough()) {
     subscribe(lock, ns);
-    if (task_depth() > 0 && waits_nest()) blocked_await(lock, until, enough, ns, num);
-    else await(lock, until, enough, waiting_mode());
+    wait_for_objects(lock, until, enough, ns, num);
   }
   ready.assign(ns.size(), false);
   for (std::size_t i = 0; i < ns.size(); ++i) ready[i] = ns[i]->ready;
@@ -217,7 +214,10 @@ template <class Pred>
 bool worker_context::await(lock_t& lock, detail::deadline until, Pred done, arrivals what) {
   for (;;) {
     if (done()) return true;
-    if (what == arrivals::nest && !runnable_.empty()) {
+    // A nested task starts only before the deadline: one that runs past it
+    // cannot be stopped, so a timeout may be late by one task, never by more.
+    if (what == arrivals::nest && !runnable_.empty() &&
+        (until == detail::no_deadline || detail::clock::now() < until)) {
       // Queued while this process waited for something else: they came first,
       // and the driver counts them as running here.
       std::string body = std::move(runnable_.front());
@@ -235,9 +235,18 @@ bool worker_context::await(lock_t& lock, detail::deadline until, Pred done, arri
 }
 
 template <class Pred>
-bool worker_context::blocked_await(lock_t& lock, detail::deadline until, Pred done,
+bool worker_context::wait_for_objects(lock_t& lock, detail::deadline until, Pred done,
+                                      const std::vector<local_node*>& awaited, std::size_t needed) {
+  if (!waits_nest()) return await(lock, until, done, arrivals::queue);
+  std::uint64_t key = current_task_key();
+  if (!key && !main_stack_.empty()) key = main_stack_.back();  // a thread the running task started
+  if (!key) return await(lock, until, done, arrivals::nest);   // nothing runs here: nothing to block
+  return blocked_await(lock, key, until, done, awaited, needed);
+}
+
+template <class Pred>
+bool worker_context::blocked_await(lock_t& lock, std::uint64_t key, detail::deadline until, Pred done,
                                    const std::vector<local_node*>& awaited, std::size_t needed) {
-  const std::uint64_t key = current_task_key();
   // The ids are a hint for the driver (which producers to run here first): a
   // bounded number of them, with the count needed among them lowered to match.
   std::vector<object_id> ids;
@@ -248,9 +257,12 @@ bool worker_context::blocked_await(lock_t& lock, detail::deadline until, Pred do
   std::size_t left_out = awaited.size() - ids.size();
   std::size_t hint = needed > left_out ? needed - left_out : 1;
   hint = std::min(hint, std::max<std::size_t>(ids.size(), 1));
-  send(ipc::block{key, static_cast<std::uint32_t>(hint), ids});
+  if (blocks_[key]++ == 0) send(ipc::block{key, static_cast<std::uint32_t>(hint), ids});
   bool ok = await(lock, until, done, arrivals::nest);
-  send(ipc::unblock{key});
+  if (--blocks_[key] == 0) {
+    blocks_.erase(key);
+    send(ipc::unblock{key});
+  }
   return ok;
 }
 
@@ -447,14 +459,23 @@ void worker_context::use_gpus(std::span<const std::int32_t> ids) {
   ::setenv("CUDA_VISIBLE_DEVICES", list.c_str(), 1);
 }
 
-void worker_context::record_depth(std::size_t depth, std::uint64_t key) {
+void worker_context::task_started(std::uint64_t key) {
+  if (threaded_ || std::this_thread::get_id() != main_thread_) return;
+  lock_t lock(mu_);
   // The driver reads the first max_depth keys after a crash to know which tasks
   // were running (and charge them a retry); deeper ones count as queued.
-  if (threaded_) return;
-  if (key && depth < static_cast<std::size_t>(max_depth))
-    slot_.running[depth].store(key, std::memory_order_relaxed);
-  std::size_t d = key ? depth + 1 : depth;
-  slot_.depth.store(static_cast<std::uint32_t>(std::min<std::size_t>(d, max_depth)),
+  const std::size_t depth = main_stack_.size();
+  if (depth < static_cast<std::size_t>(max_depth)) slot_.running[depth].store(key, std::memory_order_relaxed);
+  main_stack_.push_back(key);
+  slot_.depth.store(static_cast<std::uint32_t>(std::min<std::size_t>(main_stack_.size(), max_depth)),
+                    std::memory_order_release);
+}
+
+void worker_context::task_ended() {
+  if (threaded_ || std::this_thread::get_id() != main_thread_) return;
+  lock_t lock(mu_);
+  if (!main_stack_.empty()) main_stack_.pop_back();
+  slot_.depth.store(static_cast<std::uint32_t>(std::min<std::size_t>(main_stack_.size(), max_depth)),
                     std::memory_order_release);
 }
 

@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -87,8 +88,11 @@ class worker_context final : public process_context {
   /// Writes `ids` where the driver can read them: inline (viewing `ids`) when
   /// few, else in an extent. @throws object_store_full
   ipc::id_list place_ids(const std::vector<object_id>& ids, bool in_arena = false);
-  /// Records what the crash accounting of the driver reads (control block).
-  void record_depth(std::size_t depth, std::uint64_t key);
+  /// The calling thread starts (ends) running the task `key`. On the main thread
+  /// of a pool worker this is what the driver's crash accounting reads (control
+  /// block), and what a thread the task started waits on behalf of.
+  void task_started(std::uint64_t key);
+  void task_ended();
   /// CUDA reads CUDA_VISIBLE_DEVICES when a process first uses it.
   void use_gpus(std::span<const std::int32_t> ids);
   std::byte* arena_base() const noexcept { return cfg_.arena_base; }
@@ -142,8 +146,15 @@ class worker_context final : public process_context {
   /// blocked (on `awaited`, `needed` of them), so its CPU is lent and tasks sent
   /// meanwhile run here, nested.
   template <class Pred>
-  bool blocked_await(lock_t& lock, detail::deadline until, Pred done,
+  bool blocked_await(lock_t& lock, std::uint64_t key, detail::deadline until, Pred done,
                      const std::vector<local_node*>& awaited, std::size_t needed);
+  /// Waits until `done` as a get or wait does: in a pool worker, with the task
+  /// this thread runs (or, for a thread a task started, the task running on the
+  /// main thread) blocked, running what arrives meanwhile; with a timeout, or in
+  /// an actor host, just waiting.
+  template <class Pred>
+  bool wait_for_objects(lock_t& lock, detail::deadline until, Pred done,
+                        const std::vector<local_node*>& awaited, std::size_t needed);
   /// Takes the reader role for one round: reads the pipe (waiting until `until`
   /// at most), then handles every frame, with the lock held.
   void read_once(lock_t& lock, detail::deadline until);
@@ -174,6 +185,11 @@ class worker_context final : public process_context {
   bool actor_host_ = false;
   int concurrency_ = 1;
   bool threaded_ = false;
+  const std::thread::id main_thread_ = std::this_thread::get_id();  ///< runs the worker's loop
+  std::vector<std::uint64_t> main_stack_;  ///< tasks the main thread runs, innermost last
+  /// Threads waiting with each task blocked: block is sent for the first, unblock
+  /// after the last (a task and threads it started may wait at once).
+  std::unordered_map<std::uint64_t, int> blocks_;
 };
 
 }  // namespace manta::process
