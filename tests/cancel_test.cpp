@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,31 @@ int waits_for(manta::object_ref<int> r) {
   report_pid();
   return manta::get(r);
 }
+/// Sleeps 1.5 s after marking that it started (a file at `marker`).
+int marks_then_sleeps(std::string marker) {
+  { std::FILE* f = std::fopen(marker.c_str(), "w"); if (f) std::fclose(f); }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  return 1;
+}
+/// Waits for a child while a thread of its own cancels that child once it runs
+/// (nested on this very worker, with one worker): -1 if get reports the cancel.
+int watchdog_cancels_its_child(std::string marker) {
+  auto child = manta::task(marks_then_sleeps).remote(marker);
+  std::thread watchdog([&] {
+    for (int i = 0; i < 20000 && ::access(marker.c_str(), F_OK) != 0; ++i)  // bounded: ~10 s
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+    manta::cancel(child);
+  });
+  int r;
+  try {
+    r = manta::get(child);
+  } catch (const manta::task_cancelled_error&) {
+    r = -1;
+  }
+  watchdog.join();
+  return r;
+}
+MANTA_REMOTE(marks_then_sleeps, watchdog_cancels_its_child);
 MANTA_REMOTE(gated, report_and_block, plus, parent_of_gated, cancels_its_child, spin_value,
              parent_of_blocked, waits_for);
 
@@ -127,6 +153,21 @@ class cancelling : public manta::testing::runtime_fixture {
     return {};
   }
 };
+
+// Found by review of the restructuring: cancelling a child that runs nested on
+// the canceller's own worker killed that worker, so the canceller was re-run
+// (uncharged), cancelled its new child, and so on forever. The child is not
+// interrupted then: its result fails at once, and it finishes first.
+TEST(cancelling_nested, a_child_cancelled_from_its_own_worker_does_not_kill_it) {
+  manta::init({.num_workers = 1});
+  const std::string marker = manta::testing::temp_path("started");
+  std::remove(marker.c_str());
+  EXPECT_EQ(manta::get(manta::task(watchdog_cancels_its_child).remote(marker), std::chrono::seconds(30)), -1);
+  EXPECT_EQ(manta::detail::counters().processes_lost, 0u);
+  EXPECT_EQ(manta::detail::counters().task_retries, 0u);
+  std::remove(marker.c_str());
+  manta::shutdown();
+}
 
 TEST_F(cancelling, a_queued_task_never_runs_and_the_worker_stays) {
   start(1);

@@ -69,7 +69,7 @@ void scheduler::handle(worker_link& w, const ipc::frame& f) {
     case ipc::msg::cancel:
       for (const auto& id : ipc::cancel::read(r).ids)
         if (object_entry* e = dir_.find(id))
-          if (task_spec* t = task_graph::producer_of(e)) cancel_task(t);
+          if (task_spec* t = task_graph::producer_of(e)) cancel_task(t, w.slot);
       dispatch();
       break;
     case ipc::msg::kill_actor:

@@ -301,7 +301,7 @@ void scheduler::cancel(object_entry* e) {
   dispatch();
 }
 
-void scheduler::cancel_task(task_spec* t) {
+void scheduler::cancel_task(task_spec* t, int from) {
   if (t->cancelled || t->mode == detail::call_mode::construct) return;
   if (t->actor && t->worker >= 0) return;  // its actor runs it: a method is never interrupted
   const std::uint64_t key = t->key;
@@ -315,17 +315,23 @@ void scheduler::cancel_task(task_spec* t) {
     t->cancelled = true;
     fail_task(t, err, /*in_flight=*/true);
     worker_link& w = link(t->worker);
-    w.killed_to_cancel = true;
-    w.place.usable = false;
-    MANTA_DEBUG << "killing worker pid " << w.pid << " to cancel '" << t->name() << "'";
-    host_.kill(w.pid);
+    if (t->worker == from) {
+      // Asked from its own process (it runs nested there): not interrupted.
+      MANTA_DEBUG << "'" << t->name() << "' was cancelled from its own worker pid " << w.pid
+                  << "; it runs to its end, its results already failed";
+    } else {
+      w.killed_to_cancel = true;
+      w.place.usable = false;
+      MANTA_DEBUG << "killing worker pid " << w.pid << " to cancel '" << t->name() << "'";
+      host_.kill(w.pid);
+    }
   }
   // What it submitted and has not finished goes too (as Ray's recursive cancel).
   // By key: cancelling one child may finish others.
   std::vector<std::uint64_t> children;
   for (task_spec* c : graph_.children_of(key)) children.push_back(c->key);
   for (std::uint64_t k : children)
-    if (task_spec* c = graph_.find(k)) cancel_task(c);
+    if (task_spec* c = graph_.find(k)) cancel_task(c, from);
 }
 
 void scheduler::drop_grant(worker_link& w, task_spec& t) {

@@ -168,7 +168,10 @@ class scheduler {
   void fail_task(task_spec* t, ipc::error_info why, bool in_flight = false) {
     fail_task(t, ipc::make_failure(std::move(why)), in_flight);
   }
-  void cancel_task(task_spec* t);
+  /// `from`: the slot whose task asked, or -1 (the driver). A task running in
+  /// the asking process is not killed with it (the asker would die, be retried,
+  /// and ask again): its results fail now and it runs to its end.
+  void cancel_task(task_spec* t, int from = -1);
   void finish_task(task_spec* t);
   void drop_grant(worker_link& w, task_spec& t);
   void notify(const subscriber& s, object_entry* e);
