@@ -249,6 +249,10 @@ int send_huge_contained_count(std::string marker) {
   return 7;
 }
 
+int to_stderr(int i) {
+  std::fprintf(stderr, "line %d from a task\n", i);
+  return i;
+}
 int print_64k(int i) {
   std::string line(65535, 'x');
   line += '\n';
@@ -302,7 +306,7 @@ int crashes_after_its_thread_ran_tasks(std::string log) {
 
 MANTA_REMOTE(waits_through_a_thread, crashes_after_its_thread_ran_tasks);
 MANTA_REMOTE(plus, slow, crash_always, filled, add, boom, inc, half, threads_in_a_task,
-             copies_of_a_ref, send_huge_block_count, send_huge_contained_count, print_64k,
+             copies_of_a_ref, send_huge_block_count, send_huge_contained_count, print_64k, to_stderr,
              print_without_newline, big_buffer);
 
 class Filler {
@@ -672,6 +676,42 @@ TEST_F(regression, a_task_that_crashes_after_its_thread_ran_tasks_is_charged) {
   for (std::string line; std::getline(f, line);) ++runs;
   EXPECT_EQ(runs, 1);
   std::remove(log.c_str());
+}
+
+// Found by review of the restructuring: make_buffer's size could overflow
+// (2^61 + 1 doubles reserved 8 bytes, and writes went over other objects).
+TEST_F(regression, a_buffer_too_large_to_count_is_refused) {
+  start(1);
+  auto victim = manta::put(std::vector<double>(100000, 1.0));
+  EXPECT_THROW(manta::make_buffer<double>((std::size_t{1} << 61) + 1), manta::object_store_full);
+  EXPECT_EQ(manta::get_view(victim)[50000], 1.0);
+}
+
+// Found by review of the restructuring: a program running with stdin, stdout
+// and stderr closed (a daemon) had the runtime's own pipes take those numbers,
+// and worker output was written into them: tasks stalled.
+TEST(regression_process, a_driver_without_standard_descriptors_runs_tasks) {
+  auto r = in_child(
+      []() -> std::string {
+        for (int fd = 0; fd <= 2; ++fd) ::close(fd);
+        manta::init({.num_workers = 2});
+        const auto until = clock_type::now() + 30s;
+        std::string fds;
+        for (int fd = 0; fd <= 2; ++fd) {
+          char link[256] = {};
+          ssize_t n = ::readlink(("/proc/self/fd/" + std::to_string(fd)).c_str(), link, sizeof link - 1);
+          if (n <= 0 || std::string(link) != "/dev/null") fds += " " + std::to_string(fd) + "=" + link;
+        }
+        if (!fds.empty()) return "standard descriptors not on /dev/null:" + fds;
+        for (int i = 0; i < 20; ++i) {
+          if (manta::get(manta::task(to_stderr).remote(i), left(until)) != i) return "a wrong result";
+          if (manta::get(manta::task(print_64k).remote(i), left(until)) != i) return "a wrong result";
+        }
+        manta::shutdown();
+        return "";
+      },
+      45s);
+  EXPECT_TRUE(r.ok()) << r.what();
 }
 
 // ---- 6. A throwing argument leaks what was stored before it

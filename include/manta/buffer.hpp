@@ -4,12 +4,15 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
+#include <string>
 #include <span>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <manta/detail/core.hpp>
+#include <manta/errors.hpp>
 
 namespace manta {
 
@@ -74,6 +77,9 @@ class buffer {
 /// @throws object_store_full if it cannot fit; usage_error without a runtime.
 template <class E>
 buffer<E> make_buffer(std::size_t count) {
+  if (count > std::numeric_limits<std::size_t>::max() / sizeof(E))
+    throw object_store_full("manta: make_buffer of " + std::to_string(count) + " elements of " +
+                            std::to_string(sizeof(E)) + " bytes: the size does not fit in memory");
   return buffer<E>(detail::allocate_extent(count * sizeof(E)), count);
 }
 

@@ -35,6 +35,16 @@ std::uint32_t random_epoch() {
   return e;
 }
 
+/// A daemon may run with stdin, stdout or stderr closed: the runtime's own pipes
+/// would then take those numbers, and worker output would be written into them.
+void open_standard_fds() {
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+      int got = ::open("/dev/null", O_RDWR);  // the lowest free number: this one
+      if (got >= 0 && got != fd) ::close(got);
+    }
+}
+
 void ignore_sigpipe() {
   // A write to a dead worker's pipe must return EPIPE, not kill the driver.
   struct sigaction old{};
@@ -85,6 +95,7 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
   }
   if (gpus < 0) gpus = detect_gpus();  // before the zygote: probing forks a child
   pool_size_ = static_cast<std::size_t>(n);
+  open_standard_fds();
   ignore_sigpipe();
   raise_fd_limit();
 
