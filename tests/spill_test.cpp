@@ -35,7 +35,18 @@ double slow_sum(std::span<const double> xs) {
   std::this_thread::sleep_for(std::chrono::milliseconds(10));  // long enough to be killed in
   return sum_span(xs);
 }
-MANTA_REMOTE(sum_span, sum_through_refs, make_block, slow_sum);
+double first(std::span<const double> xs) { return xs[0]; }
+int sleepy(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return ms;
+}
+MANTA_REMOTE(sum_span, sum_through_refs, make_block, slow_sum, first, sleepy);
+
+struct Summer {
+  double add(std::span<const double> xs) { return total += slow_sum(xs); }
+  double total = 0;
+};
+MANTA_ACTOR(Summer, &Summer::add);
 
 using block_ref = manta::object_ref<std::vector<double>>;
 
@@ -106,6 +117,27 @@ TEST_F(spilling, task_results_make_room_by_spilling) {
     EXPECT_EQ(v[99], i);
   }
   EXPECT_GT(manta::detail::spilling().spilled, 0u);
+}
+
+// Calls queued on a busy actor must not pin their arguments: 24 calls of 4 MiB
+// each (96 MiB) pass through a 32 MiB arena because the ones not yet running
+// are spilled (they used to be sent at once, pinned, and the next put failed).
+TEST_F(spilling, calls_queued_on_a_busy_actor_leave_their_arguments_spillable) {
+  auto a = manta::actor<Summer>().remote();
+  std::vector<manta::object_ref<double>> sums;
+  for (int i = 0; i < 24; ++i) sums.push_back(a.task(&Summer::add).remote(manta::put(block(1))));
+  EXPECT_EQ(manta::get(sums.back(), std::chrono::seconds(60)), 24.0 * mib4);
+  EXPECT_GT(manta::detail::spilling().spilled, 0u);
+}
+
+// The same for short tasks that placement would queue behind busy workers.
+TEST_F(spilling, tasks_queued_behind_busy_workers_leave_their_arguments_spillable) {
+  for (int i = 0; i < 4; ++i) manta::get(manta::task(first).remote(block(1, 16)));  // known short
+  auto busy1 = manta::task(sleepy).remote(300), busy2 = manta::task(sleepy).remote(300);
+  std::vector<manta::object_ref<double>> firsts;
+  for (int i = 0; i < 24; ++i) firsts.push_back(manta::task(first).remote(manta::put(block(i))));
+  for (int i = 0; i < 24; ++i) EXPECT_EQ(manta::get(firsts[i], std::chrono::seconds(60)), i);
+  EXPECT_EQ(manta::get(busy1, std::chrono::seconds(60)) + manta::get(busy2, std::chrono::seconds(60)), 600);
 }
 
 TEST_F(spilling, the_least_recently_used_object_goes_first) {

@@ -65,13 +65,16 @@ TEST_F(threads, four_driver_threads_use_every_call_at_once) {
         for (int i = 1; i <= 100; ++i) mine.task(&Tally::add).remote(1);
         if (manta::get(mine.task(&Tally::add).remote(0), 30s) != t + 100) fail(t, "wrong tally");
         std::string other = "tally-" + std::to_string((t + 1) % n_threads);
-        for (int tries = 0;; ++tries) {  // created by another thread, maybe not yet
+        // Created by another thread, maybe not yet (that thread may still be
+        // gathering its tasks): look until it appears, within a bound.
+        const auto deadline = std::chrono::steady_clock::now() + 30s;
+        for (;;) {
           try {
             auto theirs = manta::get_actor<Tally>(other);
             manta::get(theirs.task(&Tally::add).remote(0), 30s);
             break;
           } catch (const manta::usage_error&) {
-            if (tries > 20000) throw;
+            if (std::chrono::steady_clock::now() > deadline) throw;
             std::this_thread::yield();
           }
         }

@@ -147,7 +147,13 @@ void scheduler::actor_dispatch(actor_record& a) {
   worker_link& w = link(a.host);
   bool sent = false;
   // In order: a call whose arguments are not ready holds back the ones behind it.
-  while (!a.queue.empty() && a.queue.front()->pending_deps == 0 && a.st == actor_record::state::alive) {
+  // A call reading stored objects waits until the actor has room to run it: sent
+  // early, its arguments would stay pinned in the arena, unspillable.
+  const auto busy = [&] {
+    return static_cast<int>(w.place.in_flight.size()) >= std::max(1, a.options.max_concurrency);
+  };
+  while (!a.queue.empty() && a.queue.front()->pending_deps == 0 && a.st == actor_record::state::alive &&
+         !(placement::has_stored_inputs(*a.queue.front()) && busy())) {
     send_task(w, *a.queue.front());  // at once if the actor was idle, else with its next result's flush
     sent = true;
   }

@@ -130,12 +130,14 @@ void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
     constructed(a, m.ok ? nullptr : &m.error);
     return;
   }
+  actor_record* actor = t->is_call() ? t->actor : nullptr;
   if (m.ok) {
     for (std::size_t i = 0; i < t->returns.size(); ++i)
       seal(t->returns[i], m.results[i].location, std::move(contained[i]), &w);
     place_.record(*t, m.ns, t->returns[0]->size);
     tasks_finished_.fetch_add(1, std::memory_order_relaxed);
     finish_task(t);
+    if (actor) actor_dispatch(*actor);  // a call held back for room may go now
   } else {
     bool retry = t->options.retry_exceptions && m.error.kind == ipc::error_kind::task_exception &&
                  (t->options.max_retries < 0 || t->attempts < t->options.max_retries);

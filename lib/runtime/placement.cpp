@@ -23,6 +23,12 @@ bool placement::may_wait_on_others(const task_spec& t) const {
   return false;
 }
 
+bool placement::has_stored_inputs(const task_spec& t) {
+  for (const object_entry* e : t.deps)
+    if (e->large) return true;
+  return false;
+}
+
 bool placement::lending(const worker_state& w) const {
   if (!w.usable || w.blocked != static_cast<int>(w.in_flight.size())) return false;
   // A task nested now would sit on top of the innermost waiting one: if that one
@@ -51,8 +57,9 @@ worker_state* placement::pick(const task_spec& t) {
     }
     if (lender && !may_wait_on_others(t)) return lender;
   }
-  // Queue short default tasks behind a busy worker's default tasks.
-  if (!t.is_default() || may_wait_on_others(t)) return nullptr;
+  // Queue short default tasks behind a busy worker's default tasks (not those
+  // reading stored objects: queued, they would keep them from being spilled).
+  if (!t.is_default() || may_wait_on_others(t) || has_stored_inputs(t)) return nullptr;
   auto it = stats_.find(stats_key(t));
   if (it == stats_.end() || !it->second.known || it->second.blocks) return nullptr;
   const auto depth = static_cast<std::size_t>(std::clamp(

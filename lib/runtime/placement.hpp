@@ -57,6 +57,9 @@ class placement {
   /// not sealed yet: it may wait on other tasks, so it never nests on a
   /// blocked worker nor queues behind a running task.
   bool may_wait_on_others(const task_spec& t) const;
+  /// Some argument of `t` lies in the arena (or the spill file): sent, it is
+  /// pinned there until `t` ends, so `t` is sent only when it can run soon.
+  static bool has_stored_inputs(const task_spec& t);
 
   /// `t` is sent to `w`: it holds its CPU (and resources) now.
   void sent(worker_state& w, task_spec& t);
