@@ -88,9 +88,9 @@ TEST_F(placement_fixture, idle_workers_first_then_nothing_until_durations_are_kn
 TEST_F(placement_fixture, short_tasks_queue_behind_busy_workers_up_to_a_window) {
   task_spec* a = task();
   task_spec* b = task();
+  place.record(*a, 100'000, 8);  // 100 µs each: a 1 ms window holds 10
   send(workers[0], a);
   send(workers[1], b);
-  place.record(*a, 100'000, 8);  // 100 µs each: a 1 ms window holds 10
   std::vector<task_spec*> queued;
   for (int i = 0; i < 40; ++i) {
     task_spec* t = task();
@@ -107,6 +107,34 @@ TEST_F(placement_fixture, short_tasks_queue_behind_busy_workers_up_to_a_window) 
   place.finished(workers[0], *a);
   place.finished(workers[1], *b);
   EXPECT_EQ(ledger.available().at("CPU"), 2);
+}
+
+// A short task queued behind a long one waits for all of it: 9,000 short tasks
+// submitted beside one that ran 30 s waited those 30 s for the half queued
+// behind it. Nothing queues behind a task whose run time is unknown or longer
+// than the window.
+TEST_F(placement_fixture, short_tasks_never_queue_behind_long_or_unknown_ones) {
+  detail::function_info other;
+  other.name.push_back('g');
+  other.id = 2;
+  task_spec* unknown = task();
+  unknown->fn = &other;  // never seen finish
+  task_spec* long_one = task();
+  send(workers[0], unknown);
+  place.record(*long_one, 50'000'000, 8);  // 50 ms: f is slow now
+  send(workers[1], long_one);
+  place.record(*long_one, 1'000, 8);  // f seen fast since, but the one running was sent as slow
+  for (int i = 0; i < 60; ++i) place.record(*long_one, 1'000, 8);  // the average forgets the 50 ms
+  EXPECT_EQ(place.pick(*task()), nullptr);
+  place.finished(workers[1], *long_one);
+  task_spec* fast = task();
+  ASSERT_EQ(place.pick(*fast), &workers[1]);
+  send(workers[1], fast);
+  EXPECT_EQ(place.pick(*task()), &workers[1]);  // behind a known short task: yes
+  place.finished(workers[0], *unknown);
+  place.finished(workers[1], *fast);
+  EXPECT_EQ(workers[0].unbounded + workers[1].unbounded, 0);
+  EXPECT_EQ(workers[0].expected_ns + workers[1].expected_ns, 0);
 }
 
 TEST_F(placement_fixture, tasks_that_block_are_never_queued_behind_others) {

@@ -1,4 +1,5 @@
-// regression_test: one or more cases per defect found in review, each with real
+// regression_test: defects 1-8 found in review (regression_limits_test has the
+// rest): one or more cases per defect, each with real
 // processes through the public API. Every wait is bounded, so a hang fails the
 // test instead of stalling it; where the failure mode is a crash or hang of the
 // driver itself (or the case changes process-wide state), the driver runs in a
@@ -38,18 +39,12 @@ using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using manta::testing::runtime_fixture;
 using manta::testing::temp_path;
+using manta::testing::in_child;
+using manta::testing::left;
+using manta::testing::seconds_since;
+using manta::testing::skip_child;
 
 // ---- helpers
-
-/// Time left until `until`, at least 1 ms (so a late get still returns at once).
-std::chrono::milliseconds left(clock_type::time_point until) {
-  return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(until - clock_type::now()),
-                  1ms);
-}
-
-double seconds_since(clock_type::time_point t0) {
-  return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
 
 bool uniform(const std::vector<double>& v, std::size_t n, double x) {
   return v.size() == n && std::all_of(v.begin(), v.end(), [x](double d) { return d == x; });
@@ -77,68 +72,6 @@ constexpr int scale_down = 10;
 #else
 constexpr int scale_down = 1;
 #endif
-
-/// Returned by a child's body to say the test cannot run here.
-const std::string skip_child = "SKIP";
-
-/// How a forked child ended.
-struct child_result {
-  bool finished = false;  ///< exited or died before the bound
-  int status = 0;
-  double seconds = 0;
-  std::string report;  ///< what its body returned (empty: success)
-
-  bool ok() const { return finished && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
-  bool skipped() const { return finished && WIFEXITED(status) && WEXITSTATUS(status) == 77; }
-  std::string what() const {
-    std::string how = "exited with status " + std::to_string(WEXITSTATUS(status));
-    if (!finished) {
-      how = "did not end within the bound (killed)";
-    } else if (WIFSIGNALED(status)) {
-      const char* abbrev = sigabbrev_np(WTERMSIG(status));
-      how = std::string("died by SIG") + (abbrev ? abbrev : "?");
-    }
-    return how + " after " + std::to_string(seconds) + " s" + (report.empty() ? "" : ": " + report);
-  }
-};
-
-/// Runs `body` in a forked child (which then _exits without running atexit
-/// handlers): 0 if it returns "", 77 for skip_child, 1 with its text as the report
-/// otherwise. Waits at most `limit`, then kills the child. The report travels in a
-/// file, not a pipe: the child's own children (zygote, workers) would inherit a pipe.
-child_result in_child(const std::function<std::string()>& body, std::chrono::milliseconds limit) {
-  static int n = 0;
-  const std::string report = temp_path("child-report-" + std::to_string(n++));
-  ::unlink(report.c_str());
-  std::fflush(nullptr);
-  auto t0 = clock_type::now();
-  pid_t pid = ::fork();
-  if (pid < 0) return {true, 0, 0, "fork failed"};
-  if (pid == 0) {
-    std::string out;
-    try {
-      out = body();
-    } catch (const std::exception& e) {
-      out = std::string("uncaught exception: ") + e.what();
-    } catch (...) {
-      out = "uncaught exception";
-    }
-    if (!out.empty()) std::ofstream(report) << out;
-    ::_exit(out.empty() ? 0 : out == skip_child ? 77 : 1);
-  }
-  child_result r;
-  r.finished =
-      manta::testing::eventually([&] { return ::waitpid(pid, &r.status, WNOHANG) == pid; }, limit);
-  if (!r.finished) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-  }
-  r.seconds = seconds_since(t0);
-  std::ifstream in(report);
-  std::getline(in, r.report, '\0');
-  ::unlink(report.c_str());
-  return r;
-}
 
 /// Writes `bytes` into every pipe this process may write to besides stdout and
 /// stderr (its pipe to the driver among them), as a corrupt or hostile worker would.
@@ -174,9 +107,6 @@ int crash_always(int sig) {
 }
 std::vector<double> filled(std::size_t n, double v) { return std::vector<double>(n, v); }
 std::size_t add(std::vector<char> a, int b) { return a.size() + static_cast<std::size_t>(b); }
-int boom(int) { throw std::runtime_error("first link fails"); }
-int inc(int x) { return x + 1; }
-double half(int x) { return x * 0.5; }
 
 /// Four threads of one task each put and get large values and run a nested task.
 std::string threads_in_a_task(int seed) {
@@ -261,25 +191,6 @@ int print_64k(int i) {
   return i;
 }
 
-/// Writes `mib` MiB to stdout with no newline anywhere.
-int print_without_newline(int mib) {
-  std::string chunk(1 << 20, 'y');
-  for (int i = 0; i < mib; ++i)
-    for (std::size_t done = 0; done < chunk.size();) {
-      ssize_t n = ::write(STDOUT_FILENO, chunk.data() + done, chunk.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return -1;
-      done += static_cast<std::size_t>(n);
-    }
-  return mib;
-}
-
-manta::buffer<double> big_buffer(std::size_t n) {
-  auto b = manta::make_buffer<double>(n);
-  std::fill(b.begin(), b.end(), 3.0);
-  return b;
-}
-
 /// Starts a thread that waits for a new task, and joins it.
 int waits_through_a_thread(int x) {
   int v = -1;
@@ -305,9 +216,8 @@ int crashes_after_its_thread_ran_tasks(std::string log) {
 }
 
 MANTA_REMOTE(waits_through_a_thread, crashes_after_its_thread_ran_tasks);
-MANTA_REMOTE(plus, slow, crash_always, filled, add, boom, inc, half, threads_in_a_task,
-             copies_of_a_ref, send_huge_block_count, send_huge_contained_count, print_64k, to_stderr,
-             print_without_newline, big_buffer);
+MANTA_REMOTE(plus, slow, crash_always, filled, add, threads_in_a_task, copies_of_a_ref,
+             send_huge_block_count, send_huge_contained_count, print_64k, to_stderr);
 
 class Filler {
  public:
@@ -338,21 +248,27 @@ class DoubleBuffer {
 };
 MANTA_ACTOR(DoubleBuffer, &DoubleBuffer::step);
 
+/// A value whose encoding fails (a serialisation error in an argument).
+struct Unsavable {
+  template <class A>
+  void save(A&) const {
+    throw std::runtime_error("Unsavable cannot be saved");
+  }
+  template <class A>
+  void load(A&) {}
+};
+
+std::size_t sizes(std::vector<char> a, std::vector<char> b) { return a.size() + b.size(); }
+std::size_t with_unsavable(std::vector<char> a, Unsavable) { return a.size(); }
+MANTA_REMOTE(sizes, with_unsavable);
+
 struct Tiny {
   int pid() const { return static_cast<int>(::getpid()); }
   std::size_t add(std::vector<char> a, int b) { return a.size() + static_cast<std::size_t>(b); }
+  std::size_t sizes(std::vector<char> a, std::vector<char> b) { return a.size() + b.size(); }
+  std::size_t with_unsavable(std::vector<char> a, Unsavable) { return a.size(); }
 };
-MANTA_ACTOR(Tiny, &Tiny::pid, &Tiny::add);
-
-/// A value holding a ref to the previous one: a linked list through the store.
-struct Node {
-  manta::object_ref<Node> prev;
-  int depth = 0;
-  template <class A>
-  void serialize(A& a) {
-    a(prev, depth);
-  }
-};
+MANTA_ACTOR(Tiny, &Tiny::pid, &Tiny::add, &Tiny::sizes, &Tiny::with_unsavable);
 
 /// Two halves read with a pause between them: the second half is read from the
 /// object store after the test shut the runtime down during the pause.
@@ -478,8 +394,8 @@ TEST(regression_process, a_crash_is_reported_with_sigchld_ignored) {
 // ---- 4. The zygote lost
 
 // Defect 4a: with the zygote killed, tasks submitted before (running) and after
-// waited forever. They must fail promptly with a manta::error naming the zygote
-// (node_died_error once it exists); shutdown returns; a new init works.
+// waited forever. They must fail promptly with node_died_error naming the zygote;
+// shutdown returns; a new init works.
 TEST(regression_process, a_lost_zygote_fails_tasks_promptly) {
   auto r = in_child(
       []() -> std::string {
@@ -493,9 +409,11 @@ TEST(regression_process, a_lost_zygote_fails_tasks_promptly) {
             return std::string(which) + ": no error";
           } catch (const manta::timeout_error&) {
             return std::string(which) + ": still waiting after 5 s";
-          } catch (const manta::error& e) {
+          } catch (const manta::node_died_error& e) {
             if (!std::strstr(e.what(), "zygote"))
               return std::string(which) + ": the error does not name the zygote: " + e.what();
+          } catch (const manta::error& e) {
+            return std::string(which) + ": not node_died_error: " + e.what();
           }
           return "";
         };
@@ -742,6 +660,44 @@ TEST_F(regression, a_rejected_submission_gives_its_stored_arguments_back) {
   EXPECT_EQ(manta::get(tiny.task(&Tiny::add).remote(std::vector<char>(3), 1), 10s), 4u);
 }
 
+// Defect 6, the other ways an argument can fail after a large one was stored: the
+// store cannot hold a later one (object_store_full), or a later one cannot be
+// serialised. Tasks and actor calls alike give the first one back.
+TEST_F(regression, a_later_argument_that_fails_gives_the_stored_ones_back) {
+  start(2, {.object_store_bytes = 64 << 20});
+  auto tiny = manta::actor<Tiny>().remote();
+  ASSERT_EQ(manta::get(tiny.task(&Tiny::add).remote(std::vector<char>(3), 1), 10s), 4u);
+  const std::size_t before = manta::detail::arena_used_bytes();
+  const std::vector<char> big(8 << 20), too_big(100 << 20);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_THROW(manta::task(sizes).remote(big, too_big), manta::object_store_full);
+    EXPECT_THROW(tiny.task(&Tiny::sizes).remote(big, too_big), manta::object_store_full);
+    EXPECT_ANY_THROW(manta::task(with_unsavable).remote(big, Unsavable{}));
+    EXPECT_ANY_THROW(tiny.task(&Tiny::with_unsavable).remote(big, Unsavable{}));
+  }
+  EXPECT_TRUE(
+      manta::testing::eventually([&] { return manta::detail::arena_used_bytes() == before; }, 5s))
+      << manta::detail::arena_used_bytes() << " bytes in use, " << before << " before";
+  EXPECT_EQ(manta::get(manta::task(sizes).remote(big, std::vector<char>(5)), 10s), big.size() + 5);
+  EXPECT_EQ(manta::get(tiny.task(&Tiny::sizes).remote(big, std::vector<char>(5)), 10s), big.size() + 5);
+}
+
+// Defect 6, the actor's side: a method call counted its actor before encoding
+// and never let go when an argument threw, so the actor outlived every handle.
+TEST_F(regression, a_failed_method_call_gives_its_actor_back) {
+  start(2);
+  auto tiny = manta::actor<Tiny>().remote();
+  const int pid = manta::get(tiny.task(&Tiny::pid).remote(), 10s);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_THROW(tiny.task(&Tiny::add).remote(std::vector<char>(3), manta::object_ref<int>{}),
+                 manta::usage_error);
+    EXPECT_ANY_THROW(tiny.task(&Tiny::with_unsavable).remote(std::vector<char>(3), Unsavable{}));
+  }
+  tiny = {};  // the last handle: the actor ends
+  EXPECT_TRUE(manta::testing::eventually([&] { return manta::testing::gone(pid); }, 10s))
+      << "the actor's process " << pid << " outlived its last handle";
+}
+
 // ---- 7. A value whose encoding is larger than one frame
 
 // Defect 7: a result holding 5,000,000 refs (80 MB of ids) is larger than a frame;
@@ -801,362 +757,6 @@ TEST(regression_process, a_huge_count_in_a_block_message_does_not_end_the_driver
 
 TEST(regression_process, a_huge_contained_count_in_a_result_does_not_end_the_driver) {
   expect_driver_survives(send_huge_contained_count);
-}
-
-// ---- 9. Hundreds of processes
-
-// Defect 9: with the usual soft limit of 1024 descriptors (4 per process in the
-// driver), spawn requests were dropped (the zygote's socket full) and descriptors
-// ran out: calls hung. The fix raises the soft limit at init. (With requests not
-// dropped, 280 of them answer in about 0.1 s here: 30 s is a generous bound.)
-TEST(regression_process, three_hundred_actors_all_answer) {
-  auto r = in_child(
-      []() -> std::string {
-        rlimit lim{};
-        ::getrlimit(RLIMIT_NOFILE, &lim);
-        lim.rlim_cur = std::min<rlim_t>(1024, lim.rlim_max);
-        if (::setrlimit(RLIMIT_NOFILE, &lim) != 0)
-          return std::string("setrlimit: ") + std::strerror(errno);
-        manta::init({.num_workers = 2});
-        auto t0 = clock_type::now();
-        const auto until = t0 + 30s;
-        std::vector<manta::actor_handle<Tiny>> actors;
-        std::vector<manta::object_ref<int>> pids;
-        for (int i = 0; i < 300; ++i) {
-          actors.push_back(manta::actor<Tiny>().remote());
-          pids.push_back(actors.back().task(&Tiny::pid).remote());
-        }
-        std::set<int> distinct;
-        for (int i = 0; i < 300; ++i) {
-          try {
-            distinct.insert(manta::get(pids[i], left(until)));
-          } catch (const manta::error& e) {
-            return "actor " + std::to_string(i) + " after " + std::to_string(seconds_since(t0)) +
-                   " s: " + e.what();
-          }
-        }
-        if (distinct.size() != 300)
-          return std::to_string(distinct.size()) + " distinct pids of 300";
-        actors.clear();
-        manta::shutdown();
-        return "";
-      },
-      45s);
-  EXPECT_TRUE(r.ok()) << r.what();
-}
-
-// Defects 9 and 11 (a spawn that cannot happen; an exception escaping the
-// zygote's loop): with a hard limit of 48 descriptors, actors that cannot get a
-// process fail with an error saying why; a pipe the zygote could not create used
-// to throw out of its loop, unwinding into the program's main in the zygote.
-TEST(regression_process, actors_beyond_the_descriptor_limit_fail_clearly) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  // Sanitizer runtimes need descriptors of their own (UBSan opens a pipe to test
-  // memory before reporting): with none left they fail by themselves.
-  GTEST_SKIP() << "needs the descriptors a sanitizer runtime takes";
-#endif
-  auto r = in_child(
-      []() -> std::string {
-        rlimit low{48, 48};
-        if (::setrlimit(RLIMIT_NOFILE, &low) != 0) return std::string("setrlimit: ") + std::strerror(errno);
-        const pid_t me = ::getpid();
-        manta::init({.num_workers = 2});
-        if (::getpid() != me) ::_exit(97);  // a second copy of main: an exception unwound out of the zygote
-        const auto until = clock_type::now() + 30s;
-        std::vector<manta::actor_handle<Tiny>> actors;
-        for (int i = 0; i < 30; ++i) actors.push_back(manta::actor<Tiny>().remote());
-        int answered = 0, refused = 0;
-        for (auto& a : actors) {
-          try {
-            manta::get(a.task(&Tiny::pid).remote(), left(until));
-            ++answered;
-          } catch (const manta::actor_died_error& e) {
-            if (std::string(e.what()).find("open-file limit") == std::string::npos)
-              return std::string("an unclear refusal: ") + e.what();
-            ++refused;
-          } catch (const manta::error& e) {
-            return std::string("not actor_died_error: ") + e.what();
-          }
-        }
-        if (refused == 0) return "no actor was refused: the limit did not bite";
-        if (answered == 0) return "no actor answered";
-        actors.clear();
-        if (manta::get(manta::task(plus).remote(2, 3), left(until)) != 5) return "the pool broke";
-        manta::shutdown();
-        return "";
-      },
-      45s);
-  EXPECT_TRUE(r.ok()) << r.what();
-}
-
-// ---- 10. A /dev/shm smaller than the arena
-
-// Defect 10: the arena was sized and written without checking that /dev/shm can
-// back it: with a small /dev/shm the driver died of SIGBUS instead of spilling or
-// failing with object_store_full. (On an empty 64 MiB /dev/shm the 64 MiB minimum
-// arena just fits; with part of it used by another program, it does not.)
-TEST(regression_process, a_small_dev_shm_is_no_sigbus) {
-  const std::string dir = temp_path("small-shm");
-  auto r = in_child(
-      [&]() -> std::string {
-        if (::unshare(CLONE_NEWNS) != 0)
-          return errno == EPERM ? skip_child : std::string("unshare: ") + std::strerror(errno);
-        if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
-          return std::string("mount private: ") + std::strerror(errno);
-        if (::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=64m") != 0)
-          return errno == EPERM ? skip_child : std::string("mount tmpfs: ") + std::strerror(errno);
-        // Another program's 16 MiB of shared memory: 48 MiB are left.
-        {
-          std::ofstream other("/dev/shm/another-program", std::ios::binary);
-          std::string mib(1 << 20, 'o');
-          for (int i = 0; i < 16; ++i) other << mib;
-          if (!other) return "cannot write /dev/shm/another-program";
-        }
-        manta::init({.num_workers = 2, .log_dir = dir});
-        constexpr std::size_t n50 = (50 << 20) / sizeof(double);
-        std::vector<manta::object_ref<std::vector<double>>> refs;
-        try {
-          for (int i = 0; i < 4; ++i) refs.push_back(manta::put(std::vector<double>(n50, i)));
-        } catch (const manta::object_store_full&) {
-        }
-        for (std::size_t i = 0; i < refs.size(); ++i)
-          if (manta::get(refs[i], 10s)[n50 - 1] != double(i)) return "a put value came back wrong";
-        try {
-          auto b = manta::get(manta::task(big_buffer).remote(n50), 20s);
-          if (b.size() != n50 || b.back() != 3.0) return "the task's buffer came back wrong";
-        } catch (const manta::object_store_full&) {
-        }
-        refs.clear();
-        manta::shutdown();
-        return "";
-      },
-      40s);
-  std::filesystem::remove_all(dir);
-  if (r.skipped()) GTEST_SKIP() << "no permission to mount a tmpfs";
-  EXPECT_TRUE(r.ok()) << r.what();
-}
-
-// ---- 11. Smaller ones
-
-// Defect 11a: get_actor right after creating a named actor sometimes failed with
-// "is a type#0": the name is taken at submission, but the actor's class recorded
-// only once the submission is taken in, which is later when another thread holds
-// the scheduler at that moment (here threads streaming small tasks). The actors
-// wait for a resource another actor holds, so none of them starts a process.
-TEST_F(regression, get_actor_right_after_creation) {
-  start(2, {.resources = {{"token", 1}}});
-  auto holder = manta::actor<Tiny>().resources({{"token", 1}}).remote();
-  ASSERT_GT(manta::get(holder.task(&Tiny::pid).remote(), 10s), 0);
-  std::atomic<bool> stop{false};
-  std::atomic<int> batches{0};
-  std::vector<std::thread> busy;
-  for (int b = 0; b < 2; ++b)
-    busy.emplace_back([&] {
-      while (!stop.load()) {
-        std::vector<manta::object_ref<int>> refs;
-        for (int i = 0; i < 100; ++i) refs.push_back(manta::task(plus).remote(i, 1));
-        try {
-          manta::get(refs, 10s);
-          ++batches;
-        } catch (const manta::error&) {
-        }
-      }
-    });
-  EXPECT_TRUE(manta::testing::eventually([&] { return batches.load() > 0; }));
-  // Cheap (no process per actor, about 3 us a try) and rare per try: tried for 3 s.
-  const auto until = clock_type::now() + 3s;
-  int failures = 0, tries = 0;
-  std::string first;
-  for (; clock_type::now() < until; ++tries) {
-    const std::string name = "fresh-" + std::to_string(tries);
-    auto made = manta::actor<Tiny>().name(name).resources({{"token", 1}}).remote();
-    try {
-      auto found = manta::get_actor<Tiny>(name);
-      if (!(found == made) && failures++ == 0) first = name + ": another handle";
-    } catch (const manta::error& e) {
-      if (failures++ == 0) first = name + ": " + e.what();
-    }
-    manta::kill(made);
-  }
-  stop = true;
-  for (auto& b : busy) b.join();
-  EXPECT_EQ(failures, 0) << failures << " of " << tries << " lookups failed; first: " << first;
-}
-
-// Defect 11b: worker output was written to the driver's stdout under the poll
-// lock: with stdout blocked, no result was handled any more.
-TEST(regression_process, a_blocked_driver_stdout_does_not_stall_results) {
-  auto r = in_child(
-      []() -> std::string {
-        int p[2];
-        if (::pipe(p) != 0) return "pipe";
-        ::fcntl(p[1], F_SETFL, O_NONBLOCK);
-        std::string fill(4096, 'f');
-        while (::write(p[1], fill.data(), fill.size()) > 0) {
-        }
-        ::fcntl(p[1], F_SETFL, 0);  // writes block from now on; nobody ever reads p[0]
-        ::dup2(p[1], STDOUT_FILENO);
-        manta::init({.num_workers = 2});
-        const auto until = clock_type::now() + 15s;
-        std::vector<manta::object_ref<int>> refs;
-        for (int i = 0; i < 50; ++i) refs.push_back(manta::task(print_64k).remote(i));
-        for (int i = 0; i < 50; ++i) {
-          try {
-            if (manta::get(refs[i], left(until)) != i) return "wrong result";
-          } catch (const manta::error& e) {
-            return "result " + std::to_string(i) + ": " + e.what();
-          }
-        }
-        return "";  // no shutdown: it would forward output to the blocked stdout
-      },
-      20s);
-  EXPECT_TRUE(r.ok()) << r.what();
-}
-
-// Defect 11c: worker output without a newline piled up in the driver (and was
-// rescanned for a newline on every read): 200 MB of it took 200 MB and more.
-TEST(regression_process, output_without_newlines_is_not_accumulated) {
-  auto r = in_child(
-      []() -> std::string {
-        int devnull = ::open("/dev/null", O_WRONLY);
-        ::dup2(devnull, STDOUT_FILENO);
-        manta::init({.num_workers = 1});
-        manta::get(manta::task(plus).remote(0, 0), 10s);
-        const long before = manta::testing::resident_bytes();
-        std::string err;
-        try {
-          if (manta::get(manta::task(print_without_newline).remote(200), 20s) != 200)
-            err = "the write failed";
-        } catch (const manta::error& e) {
-          err = e.what();
-        }
-        const long grown = manta::testing::resident_bytes() - before;
-        if (resident_size_is_meaningful && grown > (32l << 20))
-          err += " driver grew by " + std::to_string(grown >> 20) + " MiB";
-        if (!err.empty()) return err;
-        manta::shutdown();
-        return "";
-      },
-      40s);
-  EXPECT_TRUE(r.ok()) << r.what();
-}
-
-// Defect 11d: pool::map kept every chunk's result pinned until the whole map was
-// done, so results larger than the arena failed with object_store_full instead of
-// spilling.
-TEST(regression_process, pool_map_results_larger_than_the_arena) {
-  const std::string dir = temp_path("pool-spill");
-  auto r = in_child(
-      [&]() -> std::string {
-        manta::init({.num_workers = 2, .object_store_bytes = 64 << 20, .log_dir = dir});
-        // 4 MB of results per chunk, 160 MB in all: well over the 64 MiB arena.
-        constexpr std::size_t per_chunk = 500000, chunks = 40;
-        std::vector<int> xs(per_chunk * chunks);
-        std::iota(xs.begin(), xs.end(), 0);
-        auto out = manta::pool{}.map(half, xs, per_chunk);
-        if (out.size() != xs.size()) return "size " + std::to_string(out.size());
-        for (std::size_t i = 0; i < out.size(); i += 9973)
-          if (out[i] != xs[i] * 0.5) return "wrong value at " + std::to_string(i);
-        manta::shutdown();
-        return "";
-      },
-      40s);
-  std::filesystem::remove_all(dir);
-  EXPECT_TRUE(r.ok()) << r.what();
-}
-
-// Defect 11e: a failure was copied into every dependent with the whole chain of
-// names so far: a chain of 20,000 took memory quadratic in its length.
-TEST(regression_process, a_long_failing_chain_costs_linear_memory) {
-  auto r = in_child(
-      []() -> std::string {
-        manta::init({.num_workers = 2});
-        const long before = manta::testing::resident_bytes();
-        const auto until = clock_type::now() + 30s;
-        std::vector<manta::object_ref<int>> chain{manta::task(boom).remote(0)};
-        for (int i = 1; i < 20000 / scale_down; ++i) chain.push_back(manta::task(inc).remote(chain.back()));
-        for (std::size_t i = 0; i < chain.size(); ++i) {
-          try {
-            manta::get(chain[i], left(until));
-            return "link " + std::to_string(i) + " did not fail";
-          } catch (const manta::task_error&) {
-          } catch (const manta::error& e) {
-            return "link " + std::to_string(i) + ": " + e.what();
-          }
-        }
-        const long grown = manta::testing::resident_bytes() - before;
-        if (resident_size_is_meaningful && grown > (100l << 20))
-          return "driver grew by " + std::to_string(grown >> 20) + " MiB";
-        chain.clear();
-        manta::shutdown();
-        return "";
-      },
-      45s);
-  EXPECT_TRUE(r.ok()) << r.what();
-}
-
-// Defect 11f: releasing a ref released what its object held, recursively, one
-// stack frame per level: dropping the head of a long chain overflowed the stack.
-TEST(regression_process, dropping_a_deeply_nested_ref) {
-  auto r = in_child(
-      []() -> std::string {
-        manta::init({.num_workers = 1});
-        manta::object_ref<Node> head;
-        for (int i = 0; i < 200000; ++i) head = manta::put(Node{head, i});
-        if (manta::get(head, 10s).depth != 199999) return "wrong head";
-        head = {};
-        if (!manta::testing::eventually([] { return manta::detail::object_count() == 0; }, 10s))
-          return std::to_string(manta::detail::object_count()) + " objects left";
-        manta::shutdown();
-        return "";
-      },
-      30s);
-  EXPECT_TRUE(r.ok()) << r.what();
-}
-
-// Defect 11g: MANTA_LOG=debug printed nothing in Release builds (debug lines were
-// compiled out). The check runs in a fresh process (the level is read once).
-TEST(regression_process, manta_log_debug_prints_debug_lines) {
-  const std::string log = temp_path("debug-log");
-  std::fflush(nullptr);
-  pid_t child = ::fork();
-  if (child == 0) {
-    int out = ::open("/dev/null", O_WRONLY);
-    int err = ::open(log.c_str(), O_CREAT | O_TRUNC | O_WRONLY, 0600);
-    ::dup2(out, STDOUT_FILENO);
-    ::dup2(err, STDERR_FILENO);
-    ::setenv("MANTA_LOG", "debug", 1);
-    ::setenv("MANTA_REGRESSION_CHILD", "debug_log", 1);
-    ::execl("/proc/self/exe", "regression_test", "--gtest_filter=regression_helper.debug_log_child",
-            static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  int status = 0;
-  bool ended =
-      manta::testing::eventually([&] { return ::waitpid(child, &status, WNOHANG) == child; }, 30s);
-  if (!ended) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, nullptr, 0);
-  }
-  std::ifstream in(log);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ::unlink(log.c_str());
-  ASSERT_TRUE(ended) << "the child did not end";
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status << "\n"
-                                                             << text;
-  EXPECT_NE(text.find(" debug] worker pid"), std::string::npos) << "no debug line in:\n" << text;
-}
-
-// Run only by the test above, in a process of its own: a worker dies, which the
-// runtime logs at debug level.
-TEST(regression_helper, debug_log_child) {
-  const char* role = std::getenv("MANTA_REGRESSION_CHILD");
-  if (!role || std::string(role) != "debug_log")
-    GTEST_SKIP() << "runs only as a child of manta_log_debug_prints_debug_lines";
-  manta::init({.num_workers = 1});
-  EXPECT_THROW(manta::get(manta::task(crash_always).max_retries(0).remote(SIGKILL), 10s),
-               manta::worker_crashed_error);
-  manta::shutdown();
 }
 
 }  // namespace

@@ -4,8 +4,12 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
@@ -86,6 +90,63 @@ long resident_bytes() {
   long size = 0, resident = 0;
   statm >> size >> resident;
   return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+bool child_result::ok() const { return finished && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+bool child_result::skipped() const { return finished && WIFEXITED(status) && WEXITSTATUS(status) == 77; }
+std::string child_result::what() const {
+  std::string how = "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (!finished) {
+    how = "did not end within the bound (killed)";
+  } else if (WIFSIGNALED(status)) {
+    const char* abbrev = sigabbrev_np(WTERMSIG(status));
+    how = std::string("died by SIG") + (abbrev ? abbrev : "?");
+  }
+  return how + " after " + std::to_string(seconds) + " s" + (report.empty() ? "" : ": " + report);
+}
+
+// The report travels in a file, not a pipe: the child's own children (zygote,
+// workers) would inherit a pipe and hold it open.
+child_result in_child(const std::function<std::string()>& body, std::chrono::milliseconds limit) {
+  static int n = 0;
+  const std::string report = temp_path("child-report-" + std::to_string(n++));
+  ::unlink(report.c_str());
+  std::fflush(nullptr);
+  auto t0 = std::chrono::steady_clock::now();
+  pid_t pid = ::fork();
+  if (pid < 0) return {true, 0, 0, "fork failed"};
+  if (pid == 0) {
+    std::string out;
+    try {
+      out = body();
+    } catch (const std::exception& e) {
+      out = std::string("uncaught exception: ") + e.what();
+    } catch (...) {
+      out = "uncaught exception";
+    }
+    if (!out.empty()) std::ofstream(report) << out;
+    ::_exit(out.empty() ? 0 : out == skip_child ? 77 : 1);
+  }
+  child_result r;
+  r.finished = eventually([&] { return ::waitpid(pid, &r.status, WNOHANG) == pid; }, limit);
+  if (!r.finished) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  r.seconds = seconds_since(t0);
+  std::ifstream in(report);
+  std::getline(in, r.report, '\0');
+  ::unlink(report.c_str());
+  return r;
+}
+
+std::chrono::milliseconds left(std::chrono::steady_clock::time_point until) {
+  using namespace std::chrono;
+  return std::max(duration_cast<milliseconds>(until - steady_clock::now()), milliseconds(1));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace manta::testing

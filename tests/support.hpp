@@ -50,4 +50,30 @@ long resident_bytes();
 /// Temporary path unique to this test process.
 std::string temp_path(const std::string& stem);
 
+/// Returned by an in_child body to say the test cannot run here.
+inline const std::string skip_child = "SKIP";
+
+/// How a child run by in_child ended.
+struct child_result {
+  bool finished = false;  ///< exited or died before the bound
+  int status = 0;
+  double seconds = 0;
+  std::string report;  ///< what its body returned (empty: success)
+
+  bool ok() const;
+  bool skipped() const;
+  std::string what() const;
+};
+
+/// Runs `body` in a forked child (which then _exits without running atexit
+/// handlers): 0 if it returns "", 77 for skip_child, 1 with its text as the report
+/// otherwise. Waits at most `limit`, then kills the child. For cases whose failure
+/// is a crash or hang of the driver, or that change process-wide state.
+child_result in_child(const std::function<std::string()>& body, std::chrono::milliseconds limit);
+
+/// Time left until `until`, at least 1 ms (so a late get still returns at once).
+std::chrono::milliseconds left(std::chrono::steady_clock::time_point until);
+/// Seconds since `t0`.
+double seconds_since(std::chrono::steady_clock::time_point t0);
+
 }  // namespace manta::testing

@@ -1,8 +1,11 @@
 // threads_test: every driver thread may call the API at once: tasks, puts and
 // gets of large values, actors created, named, found and called, waits and
 // cancels, from several threads of one program, with every result checked.
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,7 +25,15 @@ int sleepy(int ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   return ms;
 }
-MANTA_REMOTE(square, sum, sleepy);
+/// True once `path` exists; false after 30 s without it.
+bool waits_for_file(std::string path) {
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+       std::chrono::steady_clock::now() < until;
+       std::this_thread::sleep_for(std::chrono::milliseconds(1)))
+    if (::access(path.c_str(), F_OK) == 0) return true;
+  return false;
+}
+MANTA_REMOTE(square, sum, sleepy, waits_for_file);
 
 struct Tally {
   explicit Tally(int start) : n(start) {}
@@ -103,10 +114,13 @@ TEST_F(threads, four_driver_threads_use_every_call_at_once) {
 }
 
 TEST_F(threads, a_thread_waiting_in_get_holds_back_no_other_thread) {
-  // A thread blocked in get while other threads submit and gather: none of them
-  // waits on the scheduler's mutex (submissions are combined).
-  auto blocker = manta::task(sleepy).remote(300);
-  std::thread waiter([&] { EXPECT_EQ(manta::get(blocker, 30s), 300); });
+  // A thread blocked in get on a task that ends only once the other threads have
+  // submitted and gathered 9,000 tasks: if its wait held them back, neither side
+  // would finish (the gate task gives up after 30 s and the test fails).
+  const std::string gate = manta::testing::temp_path("threads-gate");
+  ::unlink(gate.c_str());
+  auto blocker = manta::task(waits_for_file).remote(gate);
+  std::thread waiter([&] { EXPECT_TRUE(manta::get(blocker, 40s)); });
   std::vector<std::thread> submitters;
   for (int t = 0; t < 3; ++t)
     submitters.emplace_back([] {
@@ -116,7 +130,9 @@ TEST_F(threads, a_thread_waiting_in_get_holds_back_no_other_thread) {
       EXPECT_EQ(vals[2999], 2999 * 2999);
     });
   for (auto& th : submitters) th.join();
+  std::ofstream(gate) << "open";
   waiter.join();
+  ::unlink(gate.c_str());
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <exception>
+#include <stdexcept>
+#include <system_error>
 #include <string>
 #include <thread>
 
@@ -35,7 +37,15 @@ void host_actor(worker_context& ctx) {
   const int n = ctx.concurrency();
   if (n <= 1) execute_calls(ctx);
   ctx.set_threaded();
-  for (int i = 0; i < n; ++i) std::thread([&ctx] { execute_calls(ctx); }).detach();
+  for (int i = 0; i < n; ++i) {
+    try {
+      std::thread([&ctx] { execute_calls(ctx); }).detach();
+    } catch (const std::system_error& e) {
+      // The worker loop ends the process: the actor dies with this reason logged.
+      throw std::runtime_error("cannot start executor thread " + std::to_string(i + 1) + " of " +
+                               std::to_string(n) + " (max_concurrency): " + e.what());
+    }
+  }
   ctx.read_forever();
 }
 

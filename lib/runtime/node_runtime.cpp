@@ -132,22 +132,30 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
     scheduler_lock lock(*this);
     sched_->start();
   }
-  // Wait for the pool, synchronously: no thread reads the zygote yet.
+  // Wait for the pool, synchronously: no thread reads the zygote yet. Each
+  // process either starts or fails to (the open-file limit, most often): a
+  // pool short of a process fails init, saying why.
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  auto started = [&] {
-    for (std::size_t i = 0; i < pool_size_; ++i)
-      if (sched_->link(static_cast<int>(i)).st != worker_link::state::alive) return false;
-    return true;
+  auto count = [&](worker_link::state st) {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < pool_size_; ++i) n += sched_->link(static_cast<int>(i)).st == st;
+    return n;
   };
-  while (!started()) {
-    if (std::chrono::steady_clock::now() > until || lost_.load()) {
-      std::string why = lost_.load() ? lost_why_ : "timed out";
-      finish_stop();
-      throw error("manta: the worker pool did not start (" + why + ")");
-    }
+  while (count(worker_link::state::starting) > 0 && !lost_.load() &&
+         std::chrono::steady_clock::now() < until) {
     ipc::wait_readable(zygote_->socket(), 100);
     std::lock_guard poll(poll_mu_);
     handle_zygote();
+  }
+  if (count(worker_link::state::alive) != pool_size_) {
+    std::string why = lost_.load() ? lost_why_
+                      : count(worker_link::state::starting) > 0
+                          ? "timed out after 10 s"
+                          : std::to_string(count(worker_link::state::dead)) + " of " +
+                                std::to_string(pool_size_) + " processes could not start: " +
+                                sched_->last_spawn_failure();
+    finish_stop();
+    throw error("manta: the worker pool did not start (" + why + ")");
   }
   epoll_event zev{EPOLLIN, {.u64 = ev_zygote << 32}};
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, zygote_->socket(), &zev);

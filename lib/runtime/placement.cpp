@@ -2,6 +2,8 @@
 #include "runtime/placement.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <unordered_set>
 
 namespace manta::runtime {
@@ -60,17 +62,22 @@ worker_state* placement::pick(const task_spec& t) {
   // Queue short default tasks behind a busy worker's default tasks (not those
   // reading stored objects: queued, they would keep them from being spilled).
   if (!t.is_default() || may_wait_on_others(t) || has_stored_inputs(t)) return nullptr;
-  auto it = stats_.find(stats_key(t));
-  if (it == stats_.end() || !it->second.known || it->second.blocks) return nullptr;
-  const auto depth = static_cast<std::size_t>(std::clamp(
-      pipeline_window_ns / std::max(it->second.ewma_ns, 1.0), 1.0, static_cast<double>(max_pipeline)));
+  const double expected = estimate(t);
+  if (!std::isfinite(expected)) return nullptr;
   worker_state* best = nullptr;
   for (worker_state* w : pool_) {
-    if (!w->usable || w->blocked || w->nondefault || !w->active_default) continue;
-    if (w->in_flight.size() >= depth) continue;
-    if (!best || w->in_flight.size() < best->in_flight.size()) best = w;
+    if (!w->usable || w->blocked || w->nondefault || !w->active_default || w->unbounded) continue;
+    if (w->expected_ns + expected > pipeline_window_ns || w->in_flight.size() >= max_pipeline) continue;
+    if (!best || w->expected_ns < best->expected_ns) best = w;
   }
   return best;
+}
+
+double placement::estimate(const task_spec& t) const {
+  auto it = stats_.find(stats_key(t));
+  if (it == stats_.end() || !it->second.known || it->second.blocks)
+    return std::numeric_limits<double>::infinity();
+  return it->second.ewma_ns;
 }
 
 bool placement::blocks_later(const task_spec& t) const {
@@ -127,10 +134,22 @@ void placement::take_cpu(worker_state& w, task_spec& t) {
 void placement::sent(worker_state& w, task_spec& t) {
   graph_.enter(&t, w.in_flight);
   take_cpu(w, t);
+  if (t.actor) return;  // an actor's calls queue on it whatever they take
+  t.expected_ns = estimate(t);
+  if (std::isfinite(t.expected_ns))
+    w.expected_ns += t.expected_ns;
+  else
+    ++w.unbounded;
 }
 
 void placement::finished(worker_state& w, task_spec& t) {
-  if (t.in_lane == &w.in_flight) graph_.leave(&t);
+  if (t.in_lane == &w.in_flight) {
+    graph_.leave(&t);
+    if (!std::isfinite(t.expected_ns))
+      --w.unbounded;
+    else
+      w.expected_ns = w.in_flight.empty() ? 0 : w.expected_ns - t.expected_ns;  // no drift
+  }
   if (t.actor) return;
   if (t.blocked) unblocked(w, t);
   if (t.is_default()) {
@@ -173,7 +192,8 @@ void placement::unblocked(worker_state& w, task_spec& t) {
 }
 
 void placement::lost(worker_state& w) {
-  w.blocked = w.active_default = w.nondefault = 0;
+  w.blocked = w.active_default = w.nondefault = w.unbounded = 0;
+  w.expected_ns = 0;
   w.awaiting.clear();
   if (w.holds_cpu) ledger_.give_cpu(1);
   w.holds_cpu = false;

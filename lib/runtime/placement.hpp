@@ -32,12 +32,17 @@ struct worker_state {
   std::vector<wait_state> awaiting;
   int active_default = 0;  ///< in-flight default tasks (1 CPU) not blocked
   int nondefault = 0;      ///< in-flight tasks with other CPU requests
+  /// The expected run time of its in-flight tasks, and how many of them have
+  /// none (unknown, or they block): nothing is queued behind those.
+  double expected_ns = 0;
+  int unbounded = 0;
   bool holds_cpu = false;  ///< the CPU its default tasks share is taken
 };
 
 class placement {
  public:
-  /// Queue at most about this much work behind a busy worker.
+  /// Queue at most about this much expected work on a busy worker (never behind
+  /// a task whose run time is unknown or longer: it would hold the queue up).
   static constexpr double pipeline_window_ns = 1e6;
   static constexpr std::size_t max_pipeline = 1024;
 
@@ -100,6 +105,9 @@ class placement {
     bool blocks = false;
   };
   static demand cpu_need(const task_spec& t) { return t.is_default() ? demand{1.0, 0, {}} : t.need; }
+  /// How long `t` is expected to run: its function's average, or infinity when
+  /// unknown or when it blocks.
+  double estimate(const task_spec& t) const;
   void take_cpu(worker_state& w, task_spec& t);
 
   resource_ledger& ledger_;

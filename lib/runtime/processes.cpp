@@ -58,7 +58,8 @@ void scheduler::spawned(int slot, pid_t pid, int to_process, int from_process) {
   w.in = ipc::inbox(w.in_fd);
   w.input_closed = w.dirty = w.write_armed = w.killed_to_cancel = false;
   w.place.in_flight.clear();
-  w.place.blocked = w.place.active_default = w.place.nondefault = 0;
+  w.place.blocked = w.place.active_default = w.place.nondefault = w.place.unbounded = 0;
+  w.place.expected_ns = 0;
   w.place.awaiting.clear();
   w.place.holds_cpu = false;
   w.place.usable = !w.actor;
@@ -72,6 +73,7 @@ void scheduler::spawn_failed(int slot, const std::string& why) {
   worker_link& w = link(slot);
   if (w.st != worker_link::state::starting) return;
   w.st = worker_link::state::dead;
+  last_spawn_failure_ = why;
   MANTA_ERROR << "could not start a process: " << why;
   if (actor_record* a = w.actor) {
     w.actor = nullptr;

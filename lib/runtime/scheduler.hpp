@@ -126,6 +126,8 @@ class scheduler {
   void spawned(int slot, pid_t pid, int to_process, int from_process);
   /// No process could be started for `slot`.
   void spawn_failed(int slot, const std::string& why);
+  /// Why the latest process could not be started ("" if none failed).
+  const std::string& last_spawn_failure() const noexcept { return last_spawn_failure_; }
   /// Asks again for pool processes that could not be started.
   void respawn_missing();
   /// The process in `w` is gone (everything it sent was handled): its tasks are
@@ -233,6 +235,7 @@ class scheduler {
   std::unordered_map<std::string, object_entry*> actor_names_;  ///< counted
   std::vector<actor_record*> waiting_actors_;  ///< waiting for resources
   std::optional<ipc::error_info> lost_;
+  std::string last_spawn_failure_;
   bool stopping_ = false;
   std::atomic<std::uint64_t> tasks_finished_{0}, task_retries_{0}, processes_lost_{0}, actor_restarts_{0};
   // Scratch for send_task.

@@ -61,6 +61,8 @@ struct task_spec {
   std::uint64_t grant = ipc::no_offset;  ///< extent offered for its result, while in flight
   bool inputs_pinned = false;  ///< its large arguments are kept in the arena (while sent)
   bool cancelled = false;  ///< cancelled while in flight: its results already failed
+  /// Its expected run time when sent (placement's estimate; infinite: unknown or blocking).
+  double expected_ns = 0;
 
   actor_record* actor = nullptr;       ///< method calls and constructors: the actor
   object_entry* actor_entry = nullptr; ///< method calls: the actor's entry (counted)
