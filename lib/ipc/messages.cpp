@@ -260,7 +260,7 @@ task_done task_done::read(frame_reader& r) {
     result res;
     res.contained = read_id_list(r);
     res.location = read_location(r);
-    m.results.push_back(res);
+    m.results.push_back(std::move(res));
   }
   return m;
 }

@@ -61,9 +61,9 @@ worker_state* placement::pick(const task_spec& t) {
   }
   // Queue short default tasks behind a busy worker's default tasks (not those
   // reading stored objects: queued, they would keep them from being spilled).
-  if (!t.is_default() || may_wait_on_others(t) || has_stored_inputs(t)) return nullptr;
+  if (!t.is_default() || has_stored_inputs(t)) return nullptr;
   const double expected = estimate(t);
-  if (!std::isfinite(expected)) return nullptr;
+  if (!std::isfinite(expected) || may_wait_on_others(t)) return nullptr;
   worker_state* best = nullptr;
   for (worker_state* w : pool_) {
     if (!w->usable || w->blocked || w->nondefault || !w->active_default || w->unbounded) continue;
@@ -74,15 +74,22 @@ worker_state* placement::pick(const task_spec& t) {
 }
 
 double placement::estimate(const task_spec& t) const {
-  auto it = stats_.find(stats_key(t));
-  if (it == stats_.end() || !it->second.known || it->second.blocks)
-    return std::numeric_limits<double>::infinity();
-  return it->second.ewma_ns;
+  // Tasks come in runs of one function: the last lookup is kept (elements of an
+  // unordered_map stay where they are; none is ever erased).
+  const std::uint64_t key = stats_key(t);
+  if (key != last_key_ || !last_stats_) {
+    auto it = stats_.find(key);
+    if (it == stats_.end()) return std::numeric_limits<double>::infinity();
+    last_key_ = key;
+    last_stats_ = &it->second;
+  }
+  if (!last_stats_->known || last_stats_->blocks) return std::numeric_limits<double>::infinity();
+  return last_stats_->ewma_ns;
 }
 
 bool placement::blocks_later(const task_spec& t) const {
   // (It may only nest when a CPU is free: with none, later ones cannot go either.)
-  return t.is_default() && (!ledger_.fits(demand{1.0, 0, {}}) || !may_wait_on_others(t));
+  return t.is_default() && (!ledger_.fits_cpu(1) || !may_wait_on_others(t));
 }
 
 std::vector<task_spec*> placement::producers_to_lend(const worker_state& w) const {

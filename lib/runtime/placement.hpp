@@ -104,7 +104,8 @@ class placement {
     std::uint64_t result_bytes = 0;  ///< size of its last single result
     bool blocks = false;
   };
-  static demand cpu_need(const task_spec& t) { return t.is_default() ? demand{1.0, 0, {}} : t.need; }
+  /// What `t` takes from the ledger while it runs (a default task: its worker's one CPU).
+  static const demand& cpu_need(const task_spec& t) { return t.need; }
   /// How long `t` is expected to run: its function's average, or infinity when
   /// unknown or when it blocks.
   double estimate(const task_spec& t) const;
@@ -115,6 +116,8 @@ class placement {
   task_graph& graph_;
   std::vector<worker_state*> pool_;
   std::unordered_map<std::uint64_t, fn_stats> stats_;
+  mutable std::uint64_t last_key_ = 0;  ///< estimate's last lookup in stats_
+  mutable const fn_stats* last_stats_ = nullptr;
 };
 
 }  // namespace manta::runtime

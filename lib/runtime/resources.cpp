@@ -38,8 +38,10 @@ std::optional<std::string> resource_ledger::infeasible(const demand& d) const {
   return std::nullopt;
 }
 
+bool resource_ledger::fits_cpu(double n) const { return n <= cpu_free_ + epsilon; }
+
 bool resource_ledger::fits(const demand& d) const {
-  if (d.cpu > cpu_free_ + epsilon) return false;
+  if (!fits_cpu(d.cpu)) return false;
   if (d.gpu > static_cast<int>(gpu_free_.size())) return false;
   for (const auto& [name, amount] : d.custom) {
     auto it = custom_free_.find(name);

@@ -27,6 +27,8 @@ class resource_ledger {
   std::optional<std::string> infeasible(const demand& d) const;
   /// Whether `d` fits in what is free now.
   bool fits(const demand& d) const;
+  /// Whether `n` CPUs (and nothing else) fit in what is free now.
+  bool fits_cpu(double n) const;
   /// Takes `d` (which must fit); returns the GPU ids granted.
   std::vector<int> take(const demand& d);
   /// Gives back what take returned.
