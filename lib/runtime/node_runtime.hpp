@@ -154,11 +154,13 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::atomic<bool> stopping_{false};
   std::atomic<bool> lost_{false};  ///< the node lost its zygote: nothing can run any more
   std::string lost_why_;           ///< why; written before lost_ is set
-  std::atomic<int> active_calls_{0};
+  // Written by user threads on every call: a cache line of their own, away
+  // from the read-mostly flags above and the submission queue below.
+  alignas(64) std::atomic<int> active_calls_{0};
   /// Pins user threads hold on arena objects (a get decoding, a view): while
   /// any remain at shutdown, the arena stays mapped (they read it).
   std::atomic<std::int64_t> user_pins_{0};
-  tbb::concurrent_queue<task_spec*> submissions_;  ///< from user threads, not yet registered (owned)
+  alignas(64) tbb::concurrent_queue<task_spec*> submissions_;  ///< from user threads, not yet registered (owned)
   tbb::concurrent_queue<actor_record*> retired_;   ///< actors whose last handle went, to stop
 
   std::mutex mu_;       // the scheduler

@@ -50,7 +50,7 @@ worker_state* placement::pick(const task_spec& t) {
   // runs on top of that worker's stack: if it waited on an object a task below
   // it will make, neither could go on. Only tasks that cannot reach an unsealed
   // object except through their own children go there.
-  if (ledger_.fits(cpu_need(t))) {
+  if (t.is_default() ? ledger_.fits_cpu(1) : ledger_.fits(cpu_need(t))) {
     worker_state* lender = nullptr;
     for (worker_state* w : pool_) {
       if (!w->usable) continue;

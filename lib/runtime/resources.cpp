@@ -12,9 +12,6 @@
 #endif
 
 namespace manta::runtime {
-namespace {
-constexpr double epsilon = 1e-9;
-}
 
 resource_ledger::resource_ledger(double cpus, int gpus, std::map<std::string, double> custom)
     : cpu_total_(cpus), cpu_free_(cpus), gpu_total_(gpus), custom_total_(custom), custom_free_(custom) {
@@ -37,8 +34,6 @@ std::optional<std::string> resource_ledger::infeasible(const demand& d) const {
   }
   return std::nullopt;
 }
-
-bool resource_ledger::fits_cpu(double n) const { return n <= cpu_free_ + epsilon; }
 
 bool resource_ledger::fits(const demand& d) const {
   if (!fits_cpu(d.cpu)) return false;

@@ -20,6 +20,9 @@ struct demand {
 /// Not thread-safe: the scheduler uses it under its mutex.
 class resource_ledger {
  public:
+  /// Fractional amounts are compared with this slack (sums of doubles drift).
+  static constexpr double epsilon = 1e-9;
+
   resource_ledger() = default;
   resource_ledger(double cpus, int gpus, std::map<std::string, double> custom);
 
@@ -28,7 +31,7 @@ class resource_ledger {
   /// Whether `d` fits in what is free now.
   bool fits(const demand& d) const;
   /// Whether `n` CPUs (and nothing else) fit in what is free now.
-  bool fits_cpu(double n) const;
+  bool fits_cpu(double n) const { return n <= cpu_free_ + epsilon; }
   /// Takes `d` (which must fit); returns the GPU ids granted.
   std::vector<int> take(const demand& d);
   /// Gives back what take returned.
