@@ -73,18 +73,23 @@ worker_state* placement::pick(const task_spec& t) {
   return best;
 }
 
-double placement::estimate(const task_spec& t) const {
+placement::fn_stats* placement::find_stats(const task_spec& t) const {
   // Tasks come in runs of one function: the last lookup is kept (elements of an
   // unordered_map stay where they are; none is ever erased).
   const std::uint64_t key = stats_key(t);
   if (key != last_key_ || !last_stats_) {
     auto it = stats_.find(key);
-    if (it == stats_.end()) return std::numeric_limits<double>::infinity();
+    if (it == stats_.end()) return nullptr;
     last_key_ = key;
-    last_stats_ = &it->second;
+    last_stats_ = const_cast<fn_stats*>(&it->second);
   }
-  if (!last_stats_->known || last_stats_->blocks) return std::numeric_limits<double>::infinity();
-  return last_stats_->ewma_ns;
+  return last_stats_;
+}
+
+double placement::estimate(const task_spec& t) const {
+  const fn_stats* s = find_stats(t);
+  if (!s || !s->known || s->blocks) return std::numeric_limits<double>::infinity();
+  return s->ewma_ns;
 }
 
 bool placement::blocks_later(const task_spec& t) const {
@@ -208,7 +213,8 @@ void placement::lost(worker_state& w) {
 }
 
 void placement::record(const task_spec& t, std::uint64_t ns, std::uint64_t result_bytes) {
-  auto& s = stats_[stats_key(t)];
+  fn_stats* found = find_stats(t);
+  fn_stats& s = found ? *found : stats_[stats_key(t)];
   s.ewma_ns = s.known ? (s.ewma_ns * 7 + static_cast<double>(ns)) / 8 : static_cast<double>(ns);
   s.known = true;
   if (t.num_returns == 1) s.result_bytes = result_bytes;
@@ -216,9 +222,8 @@ void placement::record(const task_spec& t, std::uint64_t ns, std::uint64_t resul
 
 std::uint64_t placement::result_grant_size(const task_spec& t) const {
   if (t.num_returns != 1) return 0;
-  auto it = stats_.find(stats_key(t));
-  if (it == stats_.end() || it->second.result_bytes <= detail::max_inline_bytes) return 0;
-  return it->second.result_bytes;
+  const fn_stats* s = find_stats(t);
+  return s && s->result_bytes > detail::max_inline_bytes ? s->result_bytes : 0;
 }
 
 }  // namespace manta::runtime

@@ -106,6 +106,8 @@ class placement {
   };
   /// What `t` takes from the ledger while it runs (a default task: its worker's one CPU).
   static const demand& cpu_need(const task_spec& t) { return t.need; }
+  /// The statistics of `t`'s function, or nullptr if none finished yet.
+  fn_stats* find_stats(const task_spec& t) const;
   /// How long `t` is expected to run: its function's average, or infinity when
   /// unknown or when it blocks.
   double estimate(const task_spec& t) const;
@@ -116,8 +118,8 @@ class placement {
   task_graph& graph_;
   std::vector<worker_state*> pool_;
   std::unordered_map<std::uint64_t, fn_stats> stats_;
-  mutable std::uint64_t last_key_ = 0;  ///< estimate's last lookup in stats_
-  mutable const fn_stats* last_stats_ = nullptr;
+  mutable std::uint64_t last_key_ = 0;  ///< find_stats's last lookup
+  mutable fn_stats* last_stats_ = nullptr;
 };
 
 }  // namespace manta::runtime
