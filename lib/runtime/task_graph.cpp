@@ -55,7 +55,11 @@ void task_graph::remove(task_spec* t) {
   for (auto* e : t->returns)
     if (e->producer_ == t) e->producer_ = nullptr;
   if (t->parent) --with_parent_;
-  tasks_.erase(t->key);  // deletes it
+  // Deleted once out of the map: its destructor releases entries, which must
+  // find the map whole.
+  auto it = tasks_.find(t->key);
+  std::unique_ptr<task_spec> doomed = std::move(it->second);
+  tasks_.erase(it);
 }
 
 void task_graph::clear() {
@@ -69,6 +73,7 @@ void task_graph::clear() {
   }
   ready_.clear();
   with_parent_ = 0;
+  auto doomed = std::move(tasks_);
   tasks_.clear();
 }
 
