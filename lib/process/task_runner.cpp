@@ -185,9 +185,8 @@ void run_task_body(worker_context& ctx, const std::string& body) {
   tl_running.pop_back();
   done.grant_used = inv.grant().taken;
 
-  complete(ctx, inv, done, name);
+  complete(ctx, inv, done, name);  // (which ends it in ctx too)
   tl_keys.pop_back();
-  ctx.task_ended();
   // Refs inside the results are held by their objects now (the driver reads
   // task_done before these releases): inv's destructor lets them go.
 }

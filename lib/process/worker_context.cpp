@@ -378,6 +378,7 @@ void worker_context::send_done(const ipc::task_done& done, bool flush_now) {
   if (flush_now || threaded_ || reading_ || out_.pending() > (64u << 10) ||
       now - unflushed_since_ > std::chrono::microseconds(200))
     flush();
+  task_ended(lock);
 }
 
 void worker_context::submit(detail::task_request&& r, ref_node** returns) {
@@ -471,9 +472,8 @@ void worker_context::task_started(std::uint64_t key) {
                     std::memory_order_release);
 }
 
-void worker_context::task_ended() {
+void worker_context::task_ended(lock_t&) {
   if (threaded_ || std::this_thread::get_id() != main_thread_) return;
-  lock_t lock(mu_);
   if (!main_stack_.empty()) main_stack_.pop_back();
   slot_.depth.store(static_cast<std::uint32_t>(std::min<std::size_t>(main_stack_.size(), max_depth)),
                     std::memory_order_release);

@@ -77,8 +77,9 @@ class worker_context final : public process_context {
   /// executor threads run the calls). Never returns.
   [[noreturn]] void read_forever();
 
-  /// The runner's way out: a finished task's message, sent in order with the rest.
-  /// `flush_now`: send at once rather than with the next batch.
+  /// The runner's way out: a finished task's message, sent in order with the
+  /// rest, and the task ended (as task_ended, under the same lock: one per task
+  /// fewer). `flush_now`: send at once rather than with the next batch.
   void send_done(const ipc::task_done& done, bool flush_now);
   /// Reserves an arena extent for a large value of a running task (asks the driver).
   /// @throws object_store_full
@@ -92,7 +93,6 @@ class worker_context final : public process_context {
   /// of a pool worker this is what the driver's crash accounting reads (control
   /// block), and what a thread the task started waits on behalf of.
   void task_started(std::uint64_t key);
-  void task_ended();
   /// CUDA reads CUDA_VISIBLE_DEVICES when a process first uses it.
   void use_gpus(std::span<const std::int32_t> ids);
   std::byte* arena_base() const noexcept { return cfg_.arena_base; }
@@ -118,6 +118,8 @@ class worker_context final : public process_context {
 
  private:
   using lock_t = std::unique_lock<std::mutex>;
+  /// The calling thread ended the task it started last (see task_started).
+  void task_ended(lock_t&);
 
   /// A thread waiting in a pool worker runs tasks queued meanwhile (a task's
   /// own thread: nested on its stack, its CPU lent; a thread the task started:
