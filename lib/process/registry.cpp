@@ -2,6 +2,7 @@
 // and by id, the hash of the name (for running them in any process of the binary).
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -19,6 +20,9 @@ struct registry {
   std::unordered_map<std::uint64_t, bool> ambiguous;
   std::unordered_map<std::uint64_t, std::vector<function_info*>> methods;  ///< by class tag
   std::unordered_map<std::uint64_t, std::string> class_names;
+  /// Bumped by every registration (one can make an id ambiguous): lookups
+  /// cached under an older generation are stale.
+  std::atomic<std::uint64_t> generation{0};
 };
 
 // Never destroyed: registrations happen during static initialisation and lookups
@@ -45,6 +49,7 @@ const function_info& register_function(function_info info) {
   if (stored->kind == callable_kind::method) r.methods[stored->class_tag].push_back(stored);
   auto [it, inserted] = r.by_id.emplace(stored->id, stored);
   if (!inserted) r.ambiguous[stored->id] = true;
+  r.generation.fetch_add(1, std::memory_order_release);
   return *stored;
 }
 
@@ -99,11 +104,19 @@ const function_info& function_for(erased_fn fn) {
 }
 
 const function_info* function_by_id(std::uint64_t id) {
+  // A worker looks up every task's function, mostly the same one again: the
+  // last answer is kept per thread until a registration changes the table.
+  thread_local std::uint64_t cached_id = 0, cached_generation = ~std::uint64_t{0};
+  thread_local const function_info* cached = nullptr;
   registry& r = table();
+  const std::uint64_t generation = r.generation.load(std::memory_order_acquire);
+  if (id == cached_id && generation == cached_generation) return cached;
   std::lock_guard lock(r.mu);
-  if (r.ambiguous.count(id)) return nullptr;
   auto it = r.by_id.find(id);
-  return it == r.by_id.end() ? nullptr : it->second;
+  cached = r.ambiguous.count(id) || it == r.by_id.end() ? nullptr : it->second;
+  cached_id = id;
+  cached_generation = generation;
+  return cached;
 }
 
 std::vector<std::string> split_names(const char* names) {
