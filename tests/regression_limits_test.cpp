@@ -53,6 +53,13 @@ constexpr bool resident_size_is_meaningful = false;
 #else
 constexpr bool resident_size_is_meaningful = true;
 #endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// Sanitizer runtimes need descriptors of their own (UBSan opens a pipe to test
+// memory before reporting): tests that leave none skip under them.
+constexpr bool sanitizers_need_descriptors = true;
+#else
+constexpr bool sanitizers_need_descriptors = false;
+#endif
 #if defined(__SANITIZE_THREAD__)
 // ThreadSanitizer runs this code ten times slower or more: long tests do a
 // tenth of their work there (still far past every limit they test).
@@ -186,11 +193,7 @@ TEST(regression_process, three_hundred_actors_all_answer) {
 // process fail with an error saying why; a pipe the zygote could not create used
 // to throw out of its loop, unwinding into the program's main in the zygote.
 TEST(regression_process, actors_beyond_the_descriptor_limit_fail_clearly) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  // Sanitizer runtimes need descriptors of their own (UBSan opens a pipe to test
-  // memory before reporting): with none left they fail by themselves.
-  GTEST_SKIP() << "needs the descriptors a sanitizer runtime takes";
-#endif
+  if (sanitizers_need_descriptors) GTEST_SKIP() << "needs the descriptors a sanitizer runtime takes";
   auto r = in_child(
       []() -> std::string {
         rlimit low{48, 48};
@@ -230,6 +233,7 @@ TEST(regression_process, actors_beyond_the_descriptor_limit_fail_clearly) {
 // out"; it fails at once saying why, leaves no process behind, and fails the
 // same way when called again.
 TEST(regression_process, init_says_why_no_worker_could_start) {
+  if (sanitizers_need_descriptors) GTEST_SKIP() << "needs the descriptors a sanitizer runtime takes";
   auto r = in_child(
       []() -> std::string {
         rlimit low{12, 12};
@@ -255,6 +259,7 @@ TEST(regression_process, init_says_why_no_worker_could_start) {
 // workers that crash cannot be replaced. What waits, and every later call, fails
 // with node_died_error saying why, instead of waiting for a pool that never comes.
 TEST(regression_process, a_pool_that_cannot_be_replaced_fails_with_node_died) {
+  if (sanitizers_need_descriptors) GTEST_SKIP() << "needs the descriptors a sanitizer runtime takes";
   auto r = in_child(
       []() -> std::string {
         manta::init({.num_workers = 2});
