@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +56,7 @@ TEST_F(threads, four_driver_threads_use_every_call_at_once) {
     if (failures.fetch_add(1) == 0 || first_error[static_cast<std::size_t>(t)].empty())
       first_error[static_cast<std::size_t>(t)] = what;
   };
+  std::mutex waits_mu;
   std::vector<std::thread> ts;
   for (int t = 0; t < n_threads; ++t)
     ts.emplace_back([&, t] {
@@ -89,7 +91,10 @@ TEST_F(threads, four_driver_threads_use_every_call_at_once) {
             std::this_thread::yield();
           }
         }
-        // Waits and cancels.
+        // Waits and cancels, one thread at a time: two threads' 60 s tasks
+        // would hold both workers, and the short tasks they wait for could
+        // then run nowhere (as in Ray, or any pool of two).
+        std::lock_guard one_at_a_time(waits_mu);
         auto slow = manta::task(sleepy).remote(60000);
         auto fast = manta::task(sleepy).remote(1);
         auto [ready, pending] = manta::wait(std::vector{slow, fast}, 1, 30s);
