@@ -12,6 +12,7 @@
 #include <tuple>
 #include <vector>
 
+#include <manta/as_completed.hpp>
 #include <manta/object_ref.hpp>
 #include <manta/registry.hpp>
 #include <manta/task.hpp>
@@ -95,25 +96,30 @@ const function_info& mapped_function(F f, bool star) {
 }  // namespace detail
 
 /// Results of imap / imap_unordered: an input range yielding each R as it is ready.
+/// A failed chunk rethrows its error once; the stream then goes on with the next.
 /// Single pass; not thread-safe.
 template <class R>
 class result_stream {
  public:
-  result_stream(std::vector<object_ref<std::vector<R>>> chunks, bool ordered)
-      : pending_(std::move(chunks)), ordered_(ordered) {}
+  result_stream(std::vector<object_ref<std::vector<R>>> chunks, bool ordered) {
+    if (ordered)
+      in_order_.assign(std::make_move_iterator(chunks.begin()), std::make_move_iterator(chunks.end()));
+    else
+      unordered_.emplace(std::move(chunks));
+  }
 
   /// The next result, or nullopt at the end. Rethrows a chunk's failure.
   std::optional<R> next() {
     while (buffer_.empty()) {
-      if (pending_.empty()) return std::nullopt;
-      std::size_t pick = 0;
-      if (!ordered_) {
-        auto [ready, rest] = manta::wait(pending_, 1);
-        pick = static_cast<std::size_t>(
-            std::find(pending_.begin(), pending_.end(), ready.front()) - pending_.begin());
+      std::optional<object_ref<std::vector<R>>> chunk;
+      if (unordered_) {
+        chunk = unordered_->next();
+      } else if (!in_order_.empty()) {
+        chunk = std::move(in_order_.front());
+        in_order_.pop_front();
       }
-      std::vector<R> part = get(pending_[pick]);
-      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(pick));
+      if (!chunk) return std::nullopt;
+      std::vector<R> part = get(*chunk);
       buffer_.assign(std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
     }
     R r = std::move(buffer_.front());
@@ -143,9 +149,9 @@ class result_stream {
   std::default_sentinel_t end() { return {}; }
 
  private:
-  std::vector<object_ref<std::vector<R>>> pending_;
+  std::deque<object_ref<std::vector<R>>> in_order_;                  // imap
+  std::optional<completion_stream<std::vector<R>>> unordered_;       // imap_unordered
   std::deque<R> buffer_;
-  bool ordered_;
 };
 
 /// A process pool in the style of multiprocessing.Pool, running on the runtime's
