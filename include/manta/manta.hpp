@@ -6,6 +6,7 @@
 #include <manta/as_completed.hpp>
 #include <manta/buffer.hpp>
 #include <manta/errors.hpp>
+#include <manta/nodes.hpp>
 #include <manta/object_ref.hpp>
 #include <manta/options.hpp>
 #include <manta/pool.hpp>

@@ -4,8 +4,10 @@
 #include "process/context.hpp"
 
 #include <cxxabi.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -15,6 +17,7 @@
 
 #include <manta/errors.hpp>
 #include <manta/actor.hpp>
+#include <manta/nodes.hpp>
 #include <manta/pool.hpp>
 #include <manta/registry.hpp>
 
@@ -243,4 +246,20 @@ void ref_collector::note(const object_id& id) noexcept {
 
 namespace manta {
 pool::pool(settings s) : settings_(s) { process::require_context("manta::pool"); }
+
+std::string node_id() {
+  process::context_use use;
+  // The runtime's epoch: drawn at init, known to every process of it.
+  char id[9];
+  std::snprintf(id, sizeof id, "%08x", process::require_context("node_id").epoch());
+  return id;
+}
+
+std::vector<node_info> nodes() {
+  process::context_use use;
+  process::process_context& c = process::require_context("nodes");
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "localhost");
+  return {node_info{node_id(), host, c.resources(false), true}};
+}
 }  // namespace manta
