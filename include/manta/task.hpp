@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <map>
 #include <string>
@@ -95,6 +96,16 @@ class task_builder {
   /// Also retry (up to max_retries) when the task throws.
   task_builder& retry_exceptions(bool on = true) {
     options_.retry_exceptions = on;
+    return *this;
+  }
+  /// A run longer than `limit` has its process killed (and replaced); the result
+  /// fails with timeout_error naming the function and the limit, not retried.
+  /// Tasks that ran in the same process are retried without being charged.
+  template <class Rep, class Period>
+  task_builder& timeout(std::chrono::duration<Rep, Period> limit) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count();
+    if (ns <= 0) throw usage_error("manta: timeout must be positive");
+    options_.timeout_ns = static_cast<std::uint64_t>(ns);
     return *this;
   }
   /// Name shown in errors and status instead of the function's name.

@@ -53,6 +53,8 @@ void throw_error(const error_info& e) {
       throw task_cancelled_error(e.message + via);
     case error_kind::node_died:
       throw node_died_error(e.message + via);
+    case error_kind::timeout:
+      throw timeout_error(e.message + via);
   }
   throw error(e.message);
 }

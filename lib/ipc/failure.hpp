@@ -18,8 +18,9 @@ enum class error_kind : std::uint8_t {
   usage = 4,              ///< the request itself was wrong: usage_error
   cancelled = 5,          ///< manta::cancel: task_cancelled_error
   node_died = 6,          ///< the node's processes are gone for good: node_died_error
+  timeout = 7,            ///< it ran past its .timeout(d): timeout_error
 };
-inline constexpr std::uint8_t last_error_kind = 6;
+inline constexpr std::uint8_t last_error_kind = 7;
 
 /// A failure as it travels between processes.
 struct error_info {

@@ -134,6 +134,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// the I/O thread was awake anyway. Undone by end_borrowed_poll.
   bool begin_borrowed_poll(std::uint32_t& idle_word);
   void end_borrowed_poll(std::uint32_t idle_word);
+  /// Ends the tasks whose timeout passed; returns how long the I/O thread may
+  /// sleep before the next one falls due (ms, -1: none).
+  int expire_due_timeouts();
   /// Reads the zygote's replies: processes started, exited, or the zygote gone.
   void handle_zygote();
   void wake_io();

@@ -57,11 +57,13 @@ worker_state* placement::pick(const task_spec& t) {
       if (w->in_flight.empty()) return w;
       if (!lender && lending(*w)) lender = w;
     }
-    if (lender && !may_wait_on_others(t)) return lender;
+    // A task with a timeout never nests: killing it would kill the stack below it.
+    if (lender && !t.options.timeout_ns && !may_wait_on_others(t)) return lender;
   }
   // Queue short default tasks behind a busy worker's default tasks (not those
   // reading stored objects: queued, they would keep them from being spilled).
-  if (!t.is_default() || has_stored_inputs(t)) return nullptr;
+  // Nor tasks with a timeout: queued, their time would run while they wait.
+  if (!t.is_default() || has_stored_inputs(t) || t.options.timeout_ns) return nullptr;
   const double expected = estimate(t);
   if (!std::isfinite(expected) || may_wait_on_others(t)) return nullptr;
   worker_state* best = nullptr;
@@ -119,7 +121,7 @@ std::vector<task_spec*> placement::producers_to_lend(const worker_state& w) cons
         for (auto d = t->deps.rbegin(); d != t->deps.rend(); ++d) todo.push_back(*d);
       continue;
     }
-    if (!ledger_.fits(cpu_need(*t))) return {};
+    if (!ledger_.fits(cpu_need(*t)) || t->options.timeout_ns) return {};
     return {t};  // once it runs, the worker is no longer all waiting
   }
   return {};
@@ -147,7 +149,8 @@ void placement::sent(worker_state& w, task_spec& t) {
   graph_.enter(&t, w.in_flight);
   take_cpu(w, t);
   if (t.actor) return;  // an actor's calls queue on it whatever they take
-  t.expected_ns = estimate(t);
+  // Nothing queues behind a task that may be killed for its timeout.
+  t.expected_ns = t.options.timeout_ns ? std::numeric_limits<double>::infinity() : estimate(t);
   if (std::isfinite(t.expected_ns))
     w.expected_ns += t.expected_ns;
   else

@@ -30,6 +30,7 @@ void node_runtime::io_loop() {
   ipc::adaptive_spin spin;
   auto& idle = control_->driver_idle;
   while (!stopping_.load(std::memory_order_acquire)) {
+    const int sleep_ms = expire_due_timeouts();
     std::uint32_t seen = control_->driver_seq.load(std::memory_order_acquire);
     if (poll_events(0) > 0) continue;
     if (spin.wait_for_change(control_->driver_seq, seen)) continue;
@@ -44,7 +45,7 @@ void node_runtime::io_loop() {
     }
     poll.unlock();
     pollfd fds[2] = {{doorbell_[0], POLLIN, 0}, {epoll_fd_, POLLIN, 0}};
-    while (::poll(fds, 2, -1) < 0 && errno == EINTR) {
+    while (::poll(fds, 2, sleep_ms) < 0 && errno == EINTR) {
     }
     char sink[256];
     while (::read(doorbell_[0], sink, sizeof sink) > 0) {
@@ -54,6 +55,23 @@ void node_runtime::io_loop() {
     idle.store(idle_generation_, std::memory_order_seq_cst);
     take_submissions();  // actors retired while it slept
   }
+}
+
+int node_runtime::expire_due_timeouts() {
+  using clock = std::chrono::steady_clock;
+  const clock::time_point next = sched_->next_timeout();
+  if (next == clock::time_point::max()) return -1;  // the common case: one atomic load
+  clock::time_point now = clock::now();
+  if (now >= next) {
+    scheduler_lock lock(*this);
+    sched_->expire_timeouts(now);
+    now = clock::now();
+  }
+  const clock::time_point after = sched_->next_timeout();
+  if (after == clock::time_point::max()) return -1;
+  // Rounded up: waking a little late is fine, waking early only loops once more.
+  return static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(std::max(after - now, clock::duration(0)))
+                              .count());
 }
 
 bool node_runtime::begin_borrowed_poll(std::uint32_t& idle_word) {

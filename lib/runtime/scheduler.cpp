@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include <manta/errors.hpp>
@@ -139,6 +140,11 @@ void scheduler::send_task(worker_link& w, task_spec& t) {
                            w.place.blocked == static_cast<int>(w.place.in_flight.size());
   t.worker = w.slot;
   place_.sent(w.place, t);
+  if (t.options.timeout_ns && !t.actor) {
+    timeouts_.push({std::chrono::steady_clock::now() + std::chrono::nanoseconds(t.options.timeout_ns), t.key,
+                    w.slot, w.generation});
+    note_next_timeout();
+  }
   // Offer an extent the size of the function's last large result, so the
   // worker can write its result without asking for room first.
   std::uint64_t grant_size = place_.result_grant_size(t);
@@ -302,11 +308,16 @@ void scheduler::cancel(object_entry* e) {
 }
 
 void scheduler::cancel_task(task_spec* t, int from) {
+  stop_task(t,
+            ipc::error_info{ipc::error_kind::cancelled, "manta::task_cancelled_error",
+                            "manta: task '" + t->name() + "' was cancelled", t->name(), {}, 0, 0},
+            from);
+}
+
+void scheduler::stop_task(task_spec* t, const ipc::error_info& err, int from) {
   if (t->cancelled || t->mode == detail::call_mode::construct) return;
   if (t->actor && t->worker >= 0) return;  // its actor runs it: a method is never interrupted
   const std::uint64_t key = t->key;
-  ipc::error_info err{ipc::error_kind::cancelled, "manta::task_cancelled_error",
-                      "manta: task '" + t->name() + "' was cancelled", t->name(), {}, 0, 0};
   if (t->worker < 0) {  // not sent: ready, waiting on arguments, or in its actor's queue
     fail_task(t, err);
   } else {
@@ -322,7 +333,7 @@ void scheduler::cancel_task(task_spec* t, int from) {
     } else {
       w.killed_to_cancel = true;
       w.place.usable = false;
-      MANTA_DEBUG << "killing worker pid " << w.pid << " to cancel '" << t->name() << "'";
+      MANTA_DEBUG << "killing worker pid " << w.pid << " to stop '" << t->name() << "'";
       host_.kill(w.pid);
     }
   }
@@ -332,6 +343,33 @@ void scheduler::cancel_task(task_spec* t, int from) {
   for (task_spec* c : graph_.children_of(key)) children.push_back(c->key);
   for (std::uint64_t k : children)
     if (task_spec* c = graph_.find(k)) cancel_task(c, from);
+}
+
+void scheduler::expire_timeouts(std::chrono::steady_clock::time_point now) {
+  while (!timeouts_.empty() && timeouts_.top().due <= now) {
+    const timeout_entry due = timeouts_.top();
+    timeouts_.pop();
+    task_spec* t = graph_.find(due.key);
+    if (!t || t->worker != due.slot || link(due.slot).generation != due.generation) continue;
+    const double seconds = static_cast<double>(t->options.timeout_ns) / 1e9;
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%g s", seconds);
+    MANTA_INFO << "'" << t->name() << "' ran past its timeout of " << limit << "; killing worker pid "
+               << link(due.slot).pid;
+    stop_task(t,
+              ipc::error_info{ipc::error_kind::timeout, "manta::timeout_error",
+                              "manta: task '" + t->name() + "' ran longer than its timeout of " + limit +
+                                  "; its process was killed and replaced",
+                              t->name(), {}, link(due.slot).pid, 0},
+              -1);
+  }
+  note_next_timeout();
+  dispatch();
+}
+
+void scheduler::note_next_timeout() noexcept {
+  const auto next = timeouts_.empty() ? std::chrono::steady_clock::time_point::max() : timeouts_.top().due;
+  next_timeout_.store(next.time_since_epoch().count(), std::memory_order_release);
 }
 
 void scheduler::drop_grant(worker_link& w, task_spec& t) {

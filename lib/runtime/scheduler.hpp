@@ -10,10 +10,12 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
+#include <queue>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -101,6 +103,16 @@ class scheduler {
   void cancel(object_entry* e);
   /// Sends ready tasks to workers (and starts actors that now fit).
   void dispatch();
+  /// When the earliest task timeout falls due (time_point::max() if none).
+  /// Lock-free: the I/O thread reads it to know how long it may sleep.
+  std::chrono::steady_clock::time_point next_timeout() const noexcept {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(next_timeout_.load(std::memory_order_acquire)));
+  }
+  /// Ends every task whose .timeout(d) passed by `now`: its results fail with
+  /// timeout_error and its process is killed (what else ran there is retried
+  /// uncharged, as for cancel).
+  void expire_timeouts(std::chrono::steady_clock::time_point now);
 
   // ---- actors
   /// Reserves `name` for the actor whose handles point to `entry`; false if taken.
@@ -174,6 +186,8 @@ class scheduler {
   /// the asking process is not killed with it (the asker would die, be retried,
   /// and ask again): its results fail now and it runs to its end.
   void cancel_task(task_spec* t, int from = -1);
+  /// Fails `t` with `why` and stops it as cancel_task does; then cancels its children.
+  void stop_task(task_spec* t, const ipc::error_info& why, int from);
   void finish_task(task_spec* t);
   void drop_grant(worker_link& w, task_spec& t);
   void notify(const subscriber& s, object_entry* e);
@@ -236,6 +250,19 @@ class scheduler {
   std::vector<actor_record*> waiting_actors_;  ///< waiting for resources
   std::optional<ipc::error_info> lost_;
   std::string last_spawn_failure_;
+  /// Tasks sent with a timeout, earliest first; an entry whose task finished,
+  /// moved or whose process changed is dropped when it falls due.
+  struct timeout_entry {
+    std::chrono::steady_clock::time_point due;
+    std::uint64_t key;
+    int slot;
+    std::uint64_t generation;
+    bool operator>(const timeout_entry& o) const noexcept { return due > o.due; }
+  };
+  std::priority_queue<timeout_entry, std::vector<timeout_entry>, std::greater<>> timeouts_;
+  std::atomic<std::chrono::steady_clock::rep> next_timeout_{
+      std::chrono::steady_clock::time_point::max().time_since_epoch().count()};
+  void note_next_timeout() noexcept;
   bool stopping_ = false;
   std::atomic<std::uint64_t> tasks_finished_{0}, task_retries_{0}, processes_lost_{0}, actor_restarts_{0};
   // Scratch for send_task.

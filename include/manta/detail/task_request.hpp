@@ -20,6 +20,7 @@ struct task_options {
   int max_retries = 3;
   bool retry_exceptions = false;
   std::string name;  ///< tasks: shown in errors; actors: the name get_actor finds
+  std::uint64_t timeout_ns = 0;  ///< tasks: a run longer than this is killed (0: no limit)
   // Actors only.
   int max_restarts = 0;
   int max_task_retries = 0;
