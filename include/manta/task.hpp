@@ -108,6 +108,13 @@ class task_builder {
     options_.timeout_ns = static_cast<std::uint64_t>(ns);
     return *this;
   }
+  /// The worker that ran `n` calls of this function is replaced after the last
+  /// of them (for leaky native code; as Pool(maxtasksperchild=), Ray's max_calls).
+  task_builder& max_calls(int n) {
+    if (n < 1) throw usage_error("manta: max_calls must be >= 1");
+    options_.max_calls = n;
+    return *this;
+  }
   /// Name shown in errors and status instead of the function's name.
   task_builder& name(std::string n) {
     options_.name = std::move(n);

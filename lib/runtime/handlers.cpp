@@ -117,6 +117,10 @@ void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
   place_.finished(w.place, *t);
   unpin_inputs(*t);
   t->worker = -1;
+  if (w.retiring && w.place.in_flight.empty()) {
+    MANTA_DEBUG << "worker pid " << w.pid << " ran its max_calls; replacing it";
+    host_.kill(w.pid);
+  }
   // An offered extent a buffer took stays the worker's until sealed or freed.
   if (m.grant_used) t->grant = ipc::no_offset;
   drop_grant(w, *t);

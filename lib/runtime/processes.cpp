@@ -56,7 +56,8 @@ void scheduler::spawned(int slot, pid_t pid, int to_process, int from_process) {
     w.out = ipc::outbox(w.out_fd, {});
   }
   w.in = ipc::inbox(w.in_fd);
-  w.input_closed = w.dirty = w.write_armed = w.killed_to_cancel = false;
+  w.input_closed = w.dirty = w.write_armed = w.killed_to_cancel = w.retiring = false;
+  w.limited_calls.clear();
   w.place.in_flight.clear();
   w.place.blocked = w.place.active_default = w.place.nondefault = w.place.unbounded = 0;
   w.place.expected_ns = 0;
@@ -132,7 +133,7 @@ void scheduler::exited(worker_link& w, int status) {
   if (w.st == worker_link::state::dead) return;
   const std::string cause = describe_exit(status);
   MANTA_DEBUG << "worker pid " << w.pid << " ended: " << cause;
-  if (!stopping_) processes_lost_.fetch_add(1, std::memory_order_relaxed);
+  if (!stopping_ && !w.retiring) processes_lost_.fetch_add(1, std::memory_order_relaxed);
   if (w.actor) actor_host_died(w, cause);
   else pool_worker_died(w, status);
 }

@@ -140,10 +140,16 @@ void scheduler::send_task(worker_link& w, task_spec& t) {
                            w.place.blocked == static_cast<int>(w.place.in_flight.size());
   t.worker = w.slot;
   place_.sent(w.place, t);
+  if (t.options.max_calls > 0 && !t.actor && ++w.limited_calls[t.fn->id] >= t.options.max_calls) {
+    w.retiring = true;  // this is the last call it gets: replaced once idle (on_task_done)
+    w.place.usable = false;
+  }
   if (t.options.timeout_ns && !t.actor) {
-    timeouts_.push({std::chrono::steady_clock::now() + std::chrono::nanoseconds(t.options.timeout_ns), t.key,
-                    w.slot, w.generation});
+    const auto due = std::chrono::steady_clock::now() + std::chrono::nanoseconds(t.options.timeout_ns);
+    const bool earliest = timeouts_.empty() || due < timeouts_.top().due;
+    timeouts_.push({due, t.key, w.slot, w.generation});
     note_next_timeout();
+    if (earliest) host_.wake();  // the I/O thread may sleep with no deadline, or a later one
   }
   // Offer an extent the size of the function's last large result, so the
   // worker can write its result without asking for room first.

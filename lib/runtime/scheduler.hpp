@@ -54,6 +54,10 @@ struct worker_link {
   actor_record* actor = nullptr;  ///< set when the process hosts an actor
   bool input_closed = false;      ///< its pipe ended, or it sent garbage: read no more
   bool killed_to_cancel = false;  ///< its death retries the other tasks without charging them
+  /// Calls sent of each function with a max_calls, by function id; once one
+  /// reaches its limit the worker takes nothing more and is replaced when idle.
+  std::unordered_map<std::uint64_t, int> limited_calls;
+  bool retiring = false;
   bool dirty = false, write_armed = false;
 };
 
@@ -66,7 +70,8 @@ class scheduler_host {
   virtual void kill(pid_t pid) = 0;
   /// Call scheduler::writable when `w`'s pipe has room again (`on`), or stop.
   virtual void watch_writable(worker_link& w, bool on) = 0;
-  /// An actor's last handle went on some thread: retire it from the I/O thread.
+  /// Wake the I/O thread: an actor's last handle went on some thread (retire it
+  /// there), or a task timeout falls due before any it knew of.
   virtual void wake() = 0;
 
  protected:

@@ -21,6 +21,7 @@ struct task_options {
   bool retry_exceptions = false;
   std::string name;  ///< tasks: shown in errors; actors: the name get_actor finds
   std::uint64_t timeout_ns = 0;  ///< tasks: a run longer than this is killed (0: no limit)
+  int max_calls = 0;  ///< tasks: a worker is replaced after this many calls of the function (0: never)
   // Actors only.
   int max_restarts = 0;
   int max_task_retries = 0;
