@@ -24,6 +24,11 @@ struct options {
   std::string log_dir;
   /// Make a second `init` a no-op instead of a usage_error.
   bool ignore_reinit = false;
+  /// Run once in every worker and actor host before its first task (as
+  /// Pool(initializer=)); must be registered with MANTA_REMOTE. If it throws,
+  /// every task sent to that process fails with a task_error saying so (an
+  /// actor's constructor too), and the process is not restarted in a loop.
+  void (*worker_setup)() = nullptr;
 };
 
 }  // namespace manta

@@ -174,6 +174,7 @@ void run_task_body(worker_context& ctx, const std::string& body) {
   done.key = m.key;
   auto t0 = std::chrono::steady_clock::now();
   try {
+    ctx.ensure_setup();
     invoke(ctx, fn, m.mode, m.concurrency, inv);
   } catch (...) {
     done.ok = false;

@@ -19,6 +19,7 @@ struct worker_config {
   std::size_t num_workers = 0;
   control_block* control = nullptr;
   std::byte* arena_base = nullptr;
+  std::uint64_t worker_setup = 0;  ///< id of options.worker_setup, or 0
 };
 
 /// Runs the worker until the driver goes away; never returns.

@@ -479,4 +479,24 @@ void worker_context::task_ended(lock_t&) {
                     std::memory_order_release);
 }
 
+void worker_context::ensure_setup() {
+  if (!cfg_.worker_setup) return;
+  std::call_once(setup_once_, [this] {
+    const detail::function_info* f = detail::function_by_id(cfg_.worker_setup);
+    const std::string name = f ? f->name : "worker_setup";
+    try {
+      if (!f || f->kind != detail::callable_kind::function) throw usage_error("not a registered function");
+      f->fn();
+    } catch (const std::exception& e) {
+      setup_error_ = "manta: worker_setup '" + name + "' failed in worker pid " + std::to_string(::getpid()) +
+                     ": " + e.what();
+    } catch (...) {
+      setup_error_ = "manta: worker_setup '" + name + "' failed in worker pid " + std::to_string(::getpid()) +
+                     ": a non-std exception";
+    }
+    if (!setup_error_.empty()) MANTA_ERROR << setup_error_;
+  });
+  if (!setup_error_.empty()) throw usage_error(setup_error_);
+}
+
 }  // namespace manta::process

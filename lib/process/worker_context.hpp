@@ -93,6 +93,9 @@ class worker_context final : public process_context {
   /// of a pool worker this is what the driver's crash accounting reads (control
   /// block), and what a thread the task started waits on behalf of.
   void task_started(std::uint64_t key);
+  /// Runs options.worker_setup the first time any thread is about to run a task
+  /// here (it may call the API). @throws usage_error, every time, if it failed.
+  void ensure_setup();
   /// CUDA reads CUDA_VISIBLE_DEVICES when a process first uses it.
   void use_gpus(std::span<const std::int32_t> ids);
   std::byte* arena_base() const noexcept { return cfg_.arena_base; }
@@ -169,6 +172,8 @@ class worker_context final : public process_context {
   process_slot& slot_;
   std::uint64_t id_hi_;
 
+  std::once_flag setup_once_;
+  std::string setup_error_;  ///< why worker_setup failed (set once, under setup_once_)
   std::mutex mu_;  // everything below
   std::condition_variable changed_;  ///< frames were handled or the reader role is free
   ipc::inbox in_;    ///< read only by the thread holding the reader role

@@ -110,6 +110,7 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
       w.num_workers = cfg.num_workers;
       w.control = cfg.control;
       w.arena_base = cfg.arena_base;
+      w.worker_setup = cfg.worker_setup;
       run_worker(w);
     }
   }

@@ -36,6 +36,7 @@ struct zygote_config {
   int pipe_capacity = 1 << 20;
   int doorbell_read = -1;   ///< closed in the zygote
   int doorbell_write = -1;  ///< handed to every process
+  std::uint64_t worker_setup = 0;  ///< id of options.worker_setup, or 0
 };
 
 struct zygote_handle {

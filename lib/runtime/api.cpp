@@ -87,6 +87,7 @@ void init(const options& opts) {
     throw usage_error("manta: options.address (joining a cluster) needs the TCP bridge, "
                       "which this build does not include");
   if (opts.num_workers < 0) throw usage_error("manta: options.num_workers must be >= 0");
+  if (opts.worker_setup) detail::function_for(opts.worker_setup);  // registered, or usage_error
   node = new runtime::node_runtime(opts);
   owner = ::getpid();
   process::set_current_context(node);

@@ -117,6 +117,7 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
   zc.num_workers = pool_size_;
   zc.control = control_;
   zc.arena_base = arena_->base();
+  if (opts_.worker_setup) zc.worker_setup = detail::function_for(opts_.worker_setup).id;
   zygote_ = std::make_unique<zygote_link>(process::start_zygote(zc));
   ipc::set_nonblocking(zygote_->socket(), true);
   output_ = std::make_unique<output_forwarder>();
