@@ -4,9 +4,11 @@
 // disk when their objects go, and no file is ever visible in log_dir.
 #include <signal.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
@@ -36,17 +38,22 @@ double slow_sum(std::span<const double> xs) {
   return sum_span(xs);
 }
 double first(std::span<const double> xs) { return xs[0]; }
-int sleepy(int ms) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-  return ms;
+/// Returns 1 once `gate` exists (0 after 60 s without it): holds a worker or an
+/// actor busy for exactly as long as the test wants.
+int held(std::string gate) {
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+       std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(std::chrono::milliseconds(1)))
+    if (::access(gate.c_str(), F_OK) == 0) return 1;
+  return 0;
 }
-MANTA_REMOTE(sum_span, sum_through_refs, make_block, slow_sum, first, sleepy);
+MANTA_REMOTE(sum_span, sum_through_refs, make_block, slow_sum, first, held);
 
 struct Summer {
   double add(std::span<const double> xs) { return total += slow_sum(xs); }
+  int hold(std::string gate) { return held(gate); }
   double total = 0;
 };
-MANTA_ACTOR(Summer, &Summer::add);
+MANTA_ACTOR(Summer, &Summer::add, &Summer::hold);
 
 using block_ref = manta::object_ref<std::vector<double>>;
 
@@ -122,22 +129,34 @@ TEST_F(spilling, task_results_make_room_by_spilling) {
 // Calls queued on a busy actor must not pin their arguments: 24 calls of 4 MiB
 // each (96 MiB) pass through a 32 MiB arena because the ones not yet running
 // are spilled (they used to be sent at once, pinned, and the next put failed).
+// The actor is held busy until all are submitted.
 TEST_F(spilling, calls_queued_on_a_busy_actor_leave_their_arguments_spillable) {
+  const std::string gate = manta::testing::temp_path("spill-gate");
+  ::unlink(gate.c_str());
   auto a = manta::actor<Summer>().remote();
+  auto busy = a.task(&Summer::hold).remote(gate);
   std::vector<manta::object_ref<double>> sums;
   for (int i = 0; i < 24; ++i) sums.push_back(a.task(&Summer::add).remote(manta::put(block(1))));
+  std::ofstream(gate) << "open";
+  EXPECT_EQ(manta::get(busy, std::chrono::seconds(60)), 1);
   EXPECT_EQ(manta::get(sums.back(), std::chrono::seconds(60)), 24.0 * mib4);
   EXPECT_GT(manta::detail::spilling().spilled, 0u);
+  ::unlink(gate.c_str());
 }
 
 // The same for short tasks that placement would queue behind busy workers.
 TEST_F(spilling, tasks_queued_behind_busy_workers_leave_their_arguments_spillable) {
+  const std::string gate = manta::testing::temp_path("spill-gate");
+  ::unlink(gate.c_str());
   for (int i = 0; i < 4; ++i) manta::get(manta::task(first).remote(block(1, 16)));  // known short
-  auto busy1 = manta::task(sleepy).remote(300), busy2 = manta::task(sleepy).remote(300);
+  auto busy1 = manta::task(held).remote(gate), busy2 = manta::task(held).remote(gate);
   std::vector<manta::object_ref<double>> firsts;
   for (int i = 0; i < 24; ++i) firsts.push_back(manta::task(first).remote(manta::put(block(i))));
+  std::ofstream(gate) << "open";
   for (int i = 0; i < 24; ++i) EXPECT_EQ(manta::get(firsts[i], std::chrono::seconds(60)), i);
-  EXPECT_EQ(manta::get(busy1, std::chrono::seconds(60)) + manta::get(busy2, std::chrono::seconds(60)), 600);
+  EXPECT_EQ(manta::get(busy1, std::chrono::seconds(60)) + manta::get(busy2, std::chrono::seconds(60)), 2);
+  EXPECT_GT(manta::detail::spilling().spilled, 0u);
+  ::unlink(gate.c_str());
 }
 
 TEST_F(spilling, the_least_recently_used_object_goes_first) {
