@@ -3,6 +3,7 @@
 #pragma once
 
 #include <manta/actor.hpp>
+#include <manta/actor_pool.hpp>
 #include <manta/as_completed.hpp>
 #include <manta/buffer.hpp>
 #include <manta/errors.hpp>

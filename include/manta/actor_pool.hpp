@@ -1,0 +1,165 @@
+// actor_pool.hpp: Ray's ActorPool: items mapped over several actors, each actor
+// given its next item only when it has finished its previous one.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <iterator>
+#include <optional>
+#include <ranges>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <manta/actor.hpp>
+#include <manta/errors.hpp>
+#include <manta/object_ref.hpp>
+
+namespace manta {
+namespace detail {
+
+/// One map over a pool of actors: an item goes to an actor as soon as it is
+/// idle; results come back in the order they finish, each with its item's index.
+template <class T, class M, class Item>
+class actor_map_run {
+ public:
+  using R = method_result_t<M>;
+
+  actor_map_run(std::vector<actor_handle<T>> actors, M method, std::vector<Item> items)
+      : actors_(std::move(actors)), method_(method), items_(std::move(items)) {
+    for (std::size_t a = 0; a < actors_.size(); ++a) idle_.push_back(a);
+  }
+
+  std::size_t items() const noexcept { return items_.size(); }
+
+  /// The next result to finish with its item's index; nullopt once all came back.
+  /// A failed call rethrows here once (its actor is given the next item first).
+  std::optional<std::pair<std::size_t, R>> next() {
+    hand_out();
+    if (calls_.empty()) return std::nullopt;
+    auto [ready, rest] = manta::wait(calls_, 1);
+    std::size_t k = 0;
+    while (!(calls_[k] == ready.front())) ++k;
+    object_ref<R> done = std::move(calls_[k]);
+    const auto [index, actor] = owners_[k];
+    calls_.erase(calls_.begin() + static_cast<std::ptrdiff_t>(k));
+    owners_.erase(owners_.begin() + static_cast<std::ptrdiff_t>(k));
+    idle_.push_back(actor);
+    hand_out();  // the actor works on its next item while this result is read
+    return std::pair<std::size_t, R>(index, get(done));
+  }
+
+ private:
+  void hand_out() {
+    while (!idle_.empty() && next_item_ < items_.size()) {
+      const std::size_t actor = idle_.front();
+      calls_.push_back(actors_[actor].task(method_).remote(items_[next_item_]));
+      idle_.pop_front();
+      owners_.emplace_back(next_item_++, actor);
+    }
+  }
+
+  std::vector<actor_handle<T>> actors_;
+  M method_;
+  std::vector<Item> items_;
+  std::size_t next_item_ = 0;
+  std::deque<std::size_t> idle_;                            // actors with nothing to do
+  std::vector<object_ref<R>> calls_;                        // in flight, one per busy actor
+  std::vector<std::pair<std::size_t, std::size_t>> owners_;  // of each call: item index, actor
+};
+
+}  // namespace detail
+
+/// Results of actor_pool::map_unordered, in the order they finish: an input range.
+/// A failed call rethrows once; the stream then goes on. Single pass; not thread-safe.
+template <class T, class M, class Item>
+class actor_pool_stream {
+ public:
+  using R = detail::method_result_t<M>;
+  explicit actor_pool_stream(detail::actor_map_run<T, M, Item> run) : run_(std::move(run)) {}
+
+  /// The next result, or nullopt at the end.
+  std::optional<R> next() {
+    auto r = run_.next();
+    if (!r) return std::nullopt;
+    return std::move(r->second);
+  }
+
+  class iterator {
+   public:
+    using value_type = R;
+    using difference_type = std::ptrdiff_t;
+    iterator() = default;
+    explicit iterator(actor_pool_stream* s) : stream_(s) { ++*this; }
+    const R& operator*() const { return *current_; }
+    iterator& operator++() {
+      current_ = stream_->next();
+      return *this;
+    }
+    void operator++(int) { ++*this; }
+    friend bool operator==(const iterator& it, std::default_sentinel_t) { return !it.current_; }
+
+   private:
+    actor_pool_stream* stream_ = nullptr;
+    std::optional<R> current_;
+  };
+  iterator begin() { return iterator(this); }
+  std::default_sentinel_t end() const noexcept { return {}; }
+
+ private:
+  detail::actor_map_run<T, M, Item> run_;
+};
+
+/// Ray's ActorPool: maps items over a fixed set of actors (each keeps its state
+/// across items). The method takes one argument, an item. Copyable; each map is
+/// independent, and two maps at once on one pool may give one actor two items.
+///
+///     manta::actor_pool<Model> pool(models);
+///     std::vector<double> scores = pool.map(&Model::score, inputs);
+template <class T>
+class actor_pool {
+ public:
+  /// @throws usage_error if `actors` is empty or holds an empty handle.
+  explicit actor_pool(std::vector<actor_handle<T>> actors) : actors_(std::move(actors)) {
+    if (actors_.empty()) throw usage_error("manta: an actor_pool needs at least one actor");
+    for (const auto& a : actors_)
+      if (!a.node()) throw usage_error("manta: an actor_pool was given an empty actor_handle");
+  }
+
+  std::size_t size() const noexcept { return actors_.size(); }
+
+  /// `method(x)` for every item, in the order of `xs`.
+  /// @throws the first failure met (the calls still running are left to finish).
+  template <class M, std::ranges::input_range Items>
+  std::vector<detail::method_result_t<M>> map(M method, const Items& xs) const {
+    auto run = start(method, xs);
+    std::vector<std::optional<detail::method_result_t<M>>> slots(run.items());
+    while (auto r = run.next()) slots[r->first] = std::move(r->second);
+    std::vector<detail::method_result_t<M>> out;
+    out.reserve(slots.size());
+    for (auto& s : slots) out.push_back(std::move(*s));
+    return out;
+  }
+
+  /// `method(x)` for every item, yielded in the order the calls finish.
+  template <class M, std::ranges::input_range Items>
+  auto map_unordered(M method, const Items& xs) const {
+    return actor_pool_stream<T, M, std::ranges::range_value_t<Items>>(start(method, xs));
+  }
+
+ private:
+  template <class M, class Items>
+  auto start(M method, const Items& xs) const {
+    static_assert(std::is_same_v<typename detail::method_traits<M>::class_type, T>,
+                  "manta: the method belongs to another class");
+    static_assert(!std::is_void_v<detail::method_result_t<M>>, "manta: actor_pool maps methods that return a value");
+    using Item = std::ranges::range_value_t<Items>;
+    std::vector<Item> items;
+    for (auto&& x : xs) items.push_back(x);
+    return detail::actor_map_run<T, M, Item>(actors_, method, std::move(items));
+  }
+
+  std::vector<actor_handle<T>> actors_;
+};
+
+}  // namespace manta
