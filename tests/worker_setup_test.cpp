@@ -18,13 +18,18 @@ int setups_here = 0;  // per process: set by the setup, read by tasks
 void count_setup() { ++setups_here; }
 void failing_setup() { throw std::runtime_error("no licence server"); }
 void unregistered_setup() {}
+int plus_one(int x) { return x + 1; }
+/// A setup that waits on a task of its own (which may be sent to run nested here).
+void setup_waiting_on_a_task() {
+  if (manta::get(manta::task(plus_one).remote(1), 20s) == 2) ++setups_here;
+}
 /// This process's pid and how many times setup ran in it.
 std::pair<int, int> probe(int) { return {static_cast<int>(::getpid()), setups_here}; }
 int crash(int) {
   ::_exit(9);
   return 0;
 }
-MANTA_REMOTE(count_setup, failing_setup, probe, crash);
+MANTA_REMOTE(count_setup, failing_setup, probe, crash, plus_one, setup_waiting_on_a_task);
 
 struct Host {
   int setups() const { return setups_here; }
@@ -72,6 +77,11 @@ TEST_F(worker_setup, a_failing_setup_fails_each_task_clearly_and_nothing_loops) 
   const auto c = manta::detail::counters();
   EXPECT_EQ(c.processes_lost, 0u) << "a failed setup must not kill (and restart) processes";
   EXPECT_EQ(c.task_retries, 0u);
+}
+
+TEST_F(worker_setup, a_setup_may_wait_on_tasks) {
+  start(1, {.worker_setup = setup_waiting_on_a_task});  // one worker: the task can only nest there
+  EXPECT_EQ(manta::get(manta::task(probe).remote(0), 20s).second, 1);
 }
 
 TEST(worker_setup_init, an_unregistered_setup_is_refused_at_init) {

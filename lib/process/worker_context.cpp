@@ -480,8 +480,12 @@ void worker_context::task_ended(lock_t&) {
 }
 
 void worker_context::ensure_setup() {
-  if (!cfg_.worker_setup) return;
+  // A setup that waits on tasks may be sent one to run here, nested: it runs
+  // (the setup is under way on this very thread) rather than deadlock.
+  thread_local bool in_setup = false;
+  if (!cfg_.worker_setup || in_setup) return;
   std::call_once(setup_once_, [this] {
+    in_setup = true;
     const detail::function_info* f = detail::function_by_id(cfg_.worker_setup);
     const std::string name = f ? f->name : "worker_setup";
     try {
@@ -494,6 +498,7 @@ void worker_context::ensure_setup() {
       setup_error_ = "manta: worker_setup '" + name + "' failed in worker pid " + std::to_string(::getpid()) +
                      ": a non-std exception";
     }
+    in_setup = false;
     if (!setup_error_.empty()) MANTA_ERROR << setup_error_;
   });
   if (!setup_error_.empty()) throw usage_error(setup_error_);
