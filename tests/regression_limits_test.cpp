@@ -160,11 +160,7 @@ std::pair<bool, int> run_helper(const std::string& role, const std::string& log,
     ::_exit(127);
   }
   int status = 0;
-  bool ended = manta::testing::eventually([&] { return ::waitpid(child, &status, WNOHANG) == child; }, 30s);
-  if (!ended) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, nullptr, 0);
-  }
+  const bool ended = manta::testing::reap_within(child, 30s, status);
   return {ended, status};
 }
 

@@ -477,12 +477,7 @@ TEST_F(regression, a_forked_child_exiting_leaves_the_parent_runtime_alone) {
   pid_t child = ::fork();
   if (child == 0) std::exit(0);  // runs atexit handlers, manta's shutdown among them
   int status = 0;
-  bool ended =
-      manta::testing::eventually([&] { return ::waitpid(child, &status, WNOHANG) == child; }, 5s);
-  if (!ended) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, nullptr, 0);
-  }
+  const bool ended = manta::testing::reap_within(child, 5s, status);
   EXPECT_TRUE(ended) << "the child did not exit within 5 s";
   EXPECT_TRUE(!ended || (WIFEXITED(status) && WEXITSTATUS(status) == 0))
       << "child status " << status;
@@ -507,12 +502,7 @@ TEST_F(regression, a_forked_child_dropping_refs_frees_nothing_of_the_parent) {
     std::exit(0);
   }
   int status = 0;
-  bool ended =
-      manta::testing::eventually([&] { return ::waitpid(child, &status, WNOHANG) == child; }, 5s);
-  if (!ended) {
-    ::kill(child, SIGKILL);
-    ::waitpid(child, nullptr, 0);
-  }
+  const bool ended = manta::testing::reap_within(child, 5s, status);
   EXPECT_TRUE(ended) << "the child did not exit within 5 s";
   EXPECT_EQ(manta::detail::arena_used_bytes(), used);
   auto b = manta::put(std::vector<int>(1 << 20, 2));

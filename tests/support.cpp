@@ -128,16 +128,19 @@ child_result in_child(const std::function<std::string()>& body, std::chrono::mil
     ::_exit(out.empty() ? 0 : out == skip_child ? 77 : 1);
   }
   child_result r;
-  r.finished = eventually([&] { return ::waitpid(pid, &r.status, WNOHANG) == pid; }, limit);
-  if (!r.finished) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-  }
+  r.finished = reap_within(pid, limit, r.status);
   r.seconds = seconds_since(t0);
   std::ifstream in(report);
   std::getline(in, r.report, '\0');
   ::unlink(report.c_str());
   return r;
+}
+
+bool reap_within(pid_t pid, std::chrono::milliseconds limit, int& status) {
+  if (eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, limit)) return true;
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  return false;
 }
 
 std::chrono::milliseconds left(std::chrono::steady_clock::time_point until) {

@@ -71,6 +71,10 @@ struct child_result {
 /// is a crash or hang of the driver, or that change process-wide state.
 child_result in_child(const std::function<std::string()>& body, std::chrono::milliseconds limit);
 
+/// Waits at most `limit` for the child `pid` to end (its wait status in `status`);
+/// past that, kills and reaps it. @returns whether it ended by itself.
+bool reap_within(pid_t pid, std::chrono::milliseconds limit, int& status);
+
 /// Time left until `until`, at least 1 ms (so a late get still returns at once).
 std::chrono::milliseconds left(std::chrono::steady_clock::time_point until);
 /// Seconds since `t0`.

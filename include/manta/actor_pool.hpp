@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <manta/actor.hpp>
+#include <manta/detail/stream_iterator.hpp>
 #include <manta/errors.hpp>
 #include <manta/object_ref.hpp>
 
@@ -85,24 +86,7 @@ class actor_pool_stream {
     return std::move(r->second);
   }
 
-  class iterator {
-   public:
-    using value_type = R;
-    using difference_type = std::ptrdiff_t;
-    iterator() = default;
-    explicit iterator(actor_pool_stream* s) : stream_(s) { ++*this; }
-    const R& operator*() const { return *current_; }
-    iterator& operator++() {
-      current_ = stream_->next();
-      return *this;
-    }
-    void operator++(int) { ++*this; }
-    friend bool operator==(const iterator& it, std::default_sentinel_t) { return !it.current_; }
-
-   private:
-    actor_pool_stream* stream_ = nullptr;
-    std::optional<R> current_;
-  };
+  using iterator = detail::stream_iterator<actor_pool_stream, R>;
   iterator begin() { return iterator(this); }
   std::default_sentinel_t end() const noexcept { return {}; }
 

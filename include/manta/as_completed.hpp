@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <manta/detail/core.hpp>
+#include <manta/detail/stream_iterator.hpp>
 #include <manta/errors.hpp>
 #include <manta/object_ref.hpp>
 
@@ -43,24 +44,7 @@ class completion_stream {
   /// Refs not yielded yet.
   std::size_t remaining() const noexcept { return pending_.size() + done_.size(); }
 
-  class iterator {
-   public:
-    using value_type = object_ref<T>;
-    using difference_type = std::ptrdiff_t;
-    iterator() = default;
-    explicit iterator(completion_stream* s) : stream_(s) { ++*this; }
-    const object_ref<T>& operator*() const { return *current_; }
-    iterator& operator++() {
-      current_ = stream_->next();
-      return *this;
-    }
-    void operator++(int) { ++*this; }
-    friend bool operator==(const iterator& it, std::default_sentinel_t) { return !it.current_; }
-
-   private:
-    completion_stream* stream_ = nullptr;
-    std::optional<object_ref<T>> current_;
-  };
+  using iterator = detail::stream_iterator<completion_stream, object_ref<T>>;
   iterator begin() { return iterator(this); }
   std::default_sentinel_t end() const noexcept { return {}; }
 

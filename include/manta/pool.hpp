@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <manta/as_completed.hpp>
+#include <manta/detail/stream_iterator.hpp>
 #include <manta/object_ref.hpp>
 #include <manta/registry.hpp>
 #include <manta/task.hpp>
@@ -127,24 +128,7 @@ class result_stream {
     return r;
   }
 
-  class iterator {
-   public:
-    using value_type = R;
-    using difference_type = std::ptrdiff_t;
-    iterator() = default;
-    explicit iterator(result_stream* s) : stream_(s) { ++*this; }
-    const R& operator*() const { return *current_; }
-    iterator& operator++() {
-      current_ = stream_->next();
-      return *this;
-    }
-    void operator++(int) { ++*this; }
-    friend bool operator==(const iterator& it, std::default_sentinel_t) { return !it.current_; }
-
-   private:
-    result_stream* stream_ = nullptr;
-    std::optional<R> current_;
-  };
+  using iterator = detail::stream_iterator<result_stream, R>;
   iterator begin() { return iterator(this); }
   std::default_sentinel_t end() { return {}; }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include <manta/errors.hpp>
 
@@ -488,16 +489,17 @@ void worker_context::ensure_setup() {
     in_setup = true;
     const detail::function_info* f = detail::function_by_id(cfg_.worker_setup);
     const std::string name = f ? f->name : "worker_setup";
+    std::optional<std::string> why;
     try {
       if (!f || f->kind != detail::callable_kind::function) throw usage_error("not a registered function");
       f->fn();
     } catch (const std::exception& e) {
-      setup_error_ = "manta: worker_setup '" + name + "' failed in worker pid " + std::to_string(::getpid()) +
-                     ": " + e.what();
+      why = e.what();
     } catch (...) {
-      setup_error_ = "manta: worker_setup '" + name + "' failed in worker pid " + std::to_string(::getpid()) +
-                     ": a non-std exception";
+      why = "a non-std exception";
     }
+    if (why)
+      setup_error_ = "manta: worker_setup '" + name + "' failed in worker pid " + std::to_string(::getpid()) + ": " + *why;
     in_setup = false;
     if (!setup_error_.empty()) MANTA_ERROR << setup_error_;
   });
