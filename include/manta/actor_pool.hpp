@@ -2,9 +2,12 @@
 // given its next item only when it has finished its previous one.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <ranges>
 #include <type_traits>
@@ -97,9 +100,14 @@ class actor_pool_stream {
 /// Ray's ActorPool: maps items over a fixed set of actors (each keeps its state
 /// across items). The method takes one argument, an item. Copyable; each map is
 /// independent, and two maps at once on one pool may give one actor two items.
+/// The manual calls (submit, get_next) keep their queue in this object: a copy
+/// gets a copy of it. Not thread-safe.
 ///
 ///     manta::actor_pool<Model> pool(models);
 ///     std::vector<double> scores = pool.map(&Model::score, inputs);
+///
+///     pool.submit(&Model::score, x);       // sent as soon as an actor is idle
+///     while (pool.has_next()) use(pool.get_next<double>());
 template <class T>
 class actor_pool {
  public:
@@ -108,9 +116,55 @@ class actor_pool {
     if (actors_.empty()) throw usage_error("manta: an actor_pool needs at least one actor");
     for (const auto& a : actors_)
       if (!a.node()) throw usage_error("manta: an actor_pool was given an empty actor_handle");
+    for (std::size_t a = 0; a < actors_.size(); ++a) idle_.push_back(a);
   }
 
   std::size_t size() const noexcept { return actors_.size(); }
+
+  /// Queues `method(item)`: sent at once if an actor is idle, else when one is
+  /// (an actor is idle once its previous call finished, read or not).
+  template <class M, class Item>
+  void submit(M method, Item item) {
+    check_method<M>();
+    pending_.push_back({submitted_++, [method, item = std::move(item)](const actor_handle<T>& a) {
+                          return detail::counted_ref(a.task(method).remote(item));
+                        }});
+    dispatch();
+  }
+
+  /// True while a submitted call's result has not been taken by get_next.
+  bool has_next() const noexcept { return !pending_.empty() || !flight_.empty() || !finished_.empty(); }
+
+  /// True if an actor is idle (a submit would be sent at once).
+  bool has_free() {
+    collect(detail::clock::now());
+    return !idle_.empty();
+  }
+
+  /// The result of the oldest submitted call not yet taken, waiting for it.
+  /// `R` is the method's result type (checked: a wrong one is a usage_error).
+  /// @throws what the call threw (its result is then taken); usage_error when
+  /// nothing was submitted.
+  template <class R>
+  R get_next() {
+    return take<R>(oldest_index(), detail::no_deadline, "get_next");
+  }
+  /// As get_next(), giving up after `timeout` with timeout_error (the result stays next).
+  template <class R, class Rep, class Period>
+  R get_next(std::chrono::duration<Rep, Period> timeout) {
+    return take<R>(oldest_index(), detail::deadline_after(timeout), "get_next");
+  }
+
+  /// The result of whichever submitted call finishes first, waiting for one.
+  template <class R>
+  R get_next_unordered() {
+    return take<R>(any_index, detail::no_deadline, "get_next_unordered");
+  }
+  /// As get_next_unordered(), giving up after `timeout` with timeout_error.
+  template <class R, class Rep, class Period>
+  R get_next_unordered(std::chrono::duration<Rep, Period> timeout) {
+    return take<R>(any_index, detail::deadline_after(timeout), "get_next_unordered");
+  }
 
   /// `method(x)` for every item, in the order of `xs`.
   /// @throws the first failure met (the calls still running are left to finish).
@@ -132,11 +186,91 @@ class actor_pool {
   }
 
  private:
-  template <class M, class Items>
-  auto start(M method, const Items& xs) const {
+  using launcher = std::function<detail::counted_ref(const actor_handle<T>&)>;
+  struct call {
+    std::size_t index;  // in submission order
+    std::size_t actor;
+    detail::counted_ref result;
+  };
+  static constexpr std::size_t any_index = static_cast<std::size_t>(-1);
+
+  template <class M>
+  static void check_method() {
     static_assert(std::is_same_v<typename detail::method_traits<M>::class_type, T>,
                   "manta: the method belongs to another class");
     static_assert(!std::is_void_v<detail::method_result_t<M>>, "manta: actor_pool maps methods that return a value");
+  }
+
+  /// Sends queued submissions to idle actors, oldest first.
+  void dispatch() {
+    while (!idle_.empty() && !pending_.empty()) {
+      const std::size_t actor = idle_.front();
+      auto& [index, launch] = pending_.front();
+      flight_.push_back({index, actor, launch(actors_[actor])});
+      idle_.pop_front();
+      pending_.pop_front();
+    }
+  }
+
+  /// Moves the calls that finished by `until` (at least one, unless `until`
+  /// passes first) to finished_, freeing their actors for queued submissions.
+  void collect(detail::deadline until) {
+    if (flight_.empty()) return;
+    std::vector<detail::ref_node*> nodes;
+    for (const auto& c : flight_) nodes.push_back(c.result.node());
+    std::vector<bool> ready;
+    detail::wait_nodes(nodes, 1, until, ready);
+    std::size_t kept = 0;
+    for (std::size_t k = 0; k < flight_.size(); ++k) {
+      if (ready[k]) {
+        idle_.push_back(flight_[k].actor);
+        finished_.emplace(flight_[k].index, std::move(flight_[k].result));
+      } else {
+        flight_[kept++] = std::move(flight_[k]);
+      }
+    }
+    flight_.resize(kept);
+    dispatch();
+  }
+
+  /// The oldest submission not taken yet (queued ones are younger than those sent).
+  std::size_t oldest_index() const {
+    std::size_t i = pending_.empty() ? any_index : pending_.front().first;
+    for (const auto& c : flight_) i = std::min(i, c.index);
+    if (!finished_.empty()) i = std::min(i, finished_.begin()->first);
+    return i;
+  }
+
+  template <class R>
+  R take(std::size_t index, detail::deadline until, const char* what) {
+    if (!has_next()) throw usage_error(std::string("manta: actor_pool::") + what + " with no call submitted");
+    collect(detail::clock::now());
+    for (;;) {
+      auto it = index == any_index ? finished_.begin() : finished_.find(index);
+      if (it != finished_.end()) {
+        detail::ref_node* n = it->second.node();
+        detail::acquire(n);
+        object_ref<R> ref(n);
+        try {
+          R value = get(ref);
+          finished_.erase(it);
+          return value;
+        } catch (const usage_error&) {
+          throw;  // a wrong R: the result stays to be taken
+        } catch (...) {
+          finished_.erase(it);  // the call's own failure: taken
+          throw;
+        }
+      }
+      if (detail::clock::now() >= until)
+        throw timeout_error(std::string("manta: actor_pool::") + what + " timed out");
+      collect(until);
+    }
+  }
+
+  template <class M, class Items>
+  auto start(M method, const Items& xs) const {
+    check_method<M>();
     using Item = std::ranges::range_value_t<Items>;
     std::vector<Item> items;
     for (auto&& x : xs) items.push_back(x);
@@ -144,6 +278,12 @@ class actor_pool {
   }
 
   std::vector<actor_handle<T>> actors_;
+  // The manual calls: each submission is in exactly one of these until taken.
+  std::size_t submitted_ = 0;
+  std::deque<std::pair<std::size_t, launcher>> pending_;  // not sent yet
+  std::vector<call> flight_;                              // sent, running or queued at their actor
+  std::map<std::size_t, detail::counted_ref> finished_;   // done, by submission index
+  std::deque<std::size_t> idle_;                          // actors with no manual call
 };
 
 }  // namespace manta
