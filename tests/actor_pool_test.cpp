@@ -1,8 +1,6 @@
 // actor_pool_test: map in order and map_unordered in finishing order over
 // several actors that keep state; no actor is given an item before it finished
 // its previous one; failures; bad input.
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,13 +31,10 @@ struct Scorer {
     return {static_cast<int>(::getpid()), x * 10};
   }
   int seen() const { return calls; }
-  /// Returns once a byte can be read from the named pipe `fifo`: a call the test holds back.
-  int held(std::string fifo) {
+  /// Held back until the test opens the gate.
+  int held(std::string gate) {
     ++calls;
-    int fd = ::open(fifo.c_str(), O_RDONLY);
-    char c = 0;
-    if (fd < 0 || ::read(fd, &c, 1) != 1) throw std::runtime_error("cannot read " + fifo);
-    ::close(fd);
+    manta::testing::wait_at_gate(gate);
     return -1;
   }
   bool ever_overlapped() const { return overlapped; }
@@ -111,20 +106,6 @@ TEST_F(actor_pool, bad_input_is_refused) {
   EXPECT_TRUE(pool.map(&Scorer::score, std::vector<int>{}).empty());
 }
 
-/// A named pipe the test writes one byte to, to let a held call finish.
-struct gate {
-  std::string path = "/tmp/manta-actor-pool-" + std::to_string(::getpid()) + "-" +
-                     std::to_string(std::rand());
-  gate() { EXPECT_EQ(::mkfifo(path.c_str(), 0600), 0); }
-  ~gate() { ::unlink(path.c_str()); }
-  void open() const {
-    int fd = ::open(path.c_str(), O_WRONLY);  // blocks until the held call opened it
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::write(fd, "x", 1), 1);
-    ::close(fd);
-  }
-};
-
 TEST_F(actor_pool, submit_and_get_next_return_results_in_submission_order) {
   start(2);
   auto actors = make(2);
@@ -145,8 +126,8 @@ TEST_F(actor_pool, submit_and_get_next_return_results_in_submission_order) {
 TEST_F(actor_pool, get_next_unordered_takes_what_finished_while_an_older_call_is_held) {
   start(2);
   manta::actor_pool<Scorer> pool(make(2));
-  gate g;
-  pool.submit(&Scorer::held, g.path);
+  manta::testing::fifo_gate g;
+  pool.submit(&Scorer::held, g.path());
   pool.submit(&Scorer::score, 7);
   pool.submit(&Scorer::score, 8);  // queued: goes to the actor that finished 7
   EXPECT_EQ((pool.get_next_unordered<std::pair<int, int>>(30s).second), 70);
@@ -154,7 +135,7 @@ TEST_F(actor_pool, get_next_unordered_takes_what_finished_while_an_older_call_is
   EXPECT_TRUE(pool.has_free()) << "the actor that ran 7 and 8 is idle";
   EXPECT_THROW(pool.get_next<int>(50ms), manta::timeout_error);
   EXPECT_TRUE(pool.has_next()) << "a timed-out get_next leaves the result to come";
-  g.open();
+  ASSERT_TRUE(g.open());
   EXPECT_EQ(pool.get_next<int>(30s), -1);
   EXPECT_FALSE(pool.has_next());
 }

@@ -2,15 +2,19 @@
 #include "support.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
 #include <thread>
 
 namespace manta::testing {
@@ -83,6 +87,32 @@ int open_fd_count() {
 
 std::string temp_path(const std::string& stem) {
   return "/tmp/manta-test-" + std::to_string(::getpid()) + "-" + stem;
+}
+
+fifo_gate::fifo_gate() {
+  static std::atomic<int> n{0};
+  path_ = temp_path("gate-" + std::to_string(n++));
+  ::unlink(path_.c_str());
+  if (::mkfifo(path_.c_str(), 0600) != 0) throw std::runtime_error("mkfifo " + path_ + " failed");
+}
+
+fifo_gate::~fifo_gate() { ::unlink(path_.c_str()); }
+
+bool fifo_gate::open(std::chrono::milliseconds limit) const {
+  int fd = -1;  // a write end opens without blocking only once a reader waits
+  if (!eventually([&] { return (fd = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK)) >= 0; }, limit))
+    return false;
+  bool ok = ::write(fd, "x", 1) == 1;
+  ::close(fd);
+  return ok;
+}
+
+void wait_at_gate(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  char c = 0;
+  bool ok = fd >= 0 && ::read(fd, &c, 1) == 1;
+  if (fd >= 0) ::close(fd);
+  if (!ok) throw std::runtime_error("cannot read the gate " + path);
 }
 
 long resident_bytes() {

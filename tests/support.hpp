@@ -80,4 +80,23 @@ std::chrono::milliseconds left(std::chrono::steady_clock::time_point until);
 /// Seconds since `t0`.
 double seconds_since(std::chrono::steady_clock::time_point t0);
 
+/// A named pipe that holds a task or actor call back until the test lets it go:
+/// the call runs `wait_at_gate(path)`, which returns once the test calls `open()`.
+class fifo_gate {
+ public:
+  fifo_gate();
+  ~fifo_gate();
+  fifo_gate(const fifo_gate&) = delete;
+  fifo_gate& operator=(const fifo_gate&) = delete;
+  const std::string& path() const noexcept { return path_; }
+  /// Lets the call waiting at the gate go; false if none arrived within `limit`.
+  bool open(std::chrono::milliseconds limit = std::chrono::seconds(30)) const;
+
+ private:
+  std::string path_;
+};
+/// In a task or actor: returns once the test opens the gate at `path`.
+/// @throws std::runtime_error if the pipe cannot be read.
+void wait_at_gate(const std::string& path);
+
 }  // namespace manta::testing

@@ -41,6 +41,13 @@ class completion_stream {
     return next_until(detail::deadline_after(timeout));
   }
 
+  /// Adds a ref to those it yields (Dask's as_completed.add).
+  /// @throws usage_error for an empty ref.
+  void add(object_ref<T> ref) {
+    detail::check_ref(ref.node());
+    pending_.push_back(std::move(ref));
+  }
+
   /// Refs not yielded yet.
   std::size_t remaining() const noexcept { return pending_.size() + done_.size(); }
 

@@ -245,7 +245,6 @@ void ref_collector::note(const object_id& id) noexcept {
 }  // namespace manta::detail
 
 namespace manta {
-pool::pool(settings s) : settings_(s) { process::require_context("manta::pool"); }
 
 std::string node_id() {
   process::context_use use;
