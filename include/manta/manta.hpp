@@ -11,6 +11,7 @@
 #include <manta/object_ref.hpp>
 #include <manta/options.hpp>
 #include <manta/pool.hpp>
+#include <manta/queue.hpp>
 #include <manta/registry.hpp>
 #include <manta/runtime.hpp>
 #include <manta/serialization.hpp>
