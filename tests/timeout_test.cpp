@@ -38,6 +38,22 @@ std::string parent_of_a_slow_child(std::string log) {
 }
 MANTA_REMOTE(logged_sleep, twice, pid_of_worker, parent_of_a_slow_child);
 
+/// Counts its calls; `hold` blocks at a gate the test may never open.
+struct Counter {
+  int n = 0;
+  int add() { return ++n; }
+  int hold(std::string gate) {
+    manta::testing::wait_at_gate(gate);
+    return ++n;
+  }
+  int nap(int ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return ++n;
+  }
+  int pid() const { return static_cast<int>(::getpid()); }
+};
+MANTA_ACTOR(Counter, &Counter::add, &Counter::hold, &Counter::nap, &Counter::pid);
+
 int lines(const std::string& path) {
   std::ifstream in(path);
   return static_cast<int>(std::count(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>(), '\n'));
@@ -102,6 +118,49 @@ TEST_F(timeouts, a_child_with_a_timeout_never_takes_its_waiting_parent_with_it) 
   // start the child again, forever).
   EXPECT_EQ(manta::get(manta::task(parent_of_a_slow_child).max_retries(0).remote(log), 20s), "timed out");
   EXPECT_EQ(lines(log), 1);
+}
+
+TEST_F(timeouts, an_actor_call_past_its_limit_fails_and_its_actor_restarts) {
+  start(2);
+  auto c = manta::actor<Counter>().max_restarts(1).remote();
+  EXPECT_EQ(manta::get(c.task(&Counter::add).remote(), 30s), 1);
+  const int first_pid = manta::get(c.task(&Counter::pid).remote(), 30s);
+  manta::testing::fifo_gate never;
+  auto held = c.task(&Counter::hold).timeout(200ms).remote(never.path());
+  auto behind = c.task(&Counter::add).remote();  // sent with it: retried, uncharged
+  try {
+    manta::get(held, 30s);
+    FAIL() << "no timeout";
+  } catch (const manta::timeout_error& e) {
+    EXPECT_NE(std::string(e.what()).find("Counter::hold"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("0.2 s"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(manta::get(behind, 30s), 1) << "ran once, on the restarted actor (its state is new)";
+  EXPECT_NE(manta::get(c.task(&Counter::pid).remote(), 30s), first_pid);
+  EXPECT_TRUE(manta::testing::eventually([&] { return manta::testing::gone(first_pid); }, 10s));
+}
+
+TEST_F(timeouts, an_actor_out_of_restarts_dies_saying_why) {
+  start(2);
+  auto c = manta::actor<Counter>().remote();  // max_restarts 0
+  manta::testing::fifo_gate never;
+  EXPECT_THROW(manta::get(c.task(&Counter::hold).timeout(100ms).remote(never.path()), 30s), manta::timeout_error);
+  try {
+    manta::get(c.task(&Counter::add).remote(), 30s);
+    FAIL() << "the actor lives";
+  } catch (const manta::actor_died_error& e) {
+    EXPECT_NE(std::string(e.what()).find("timeout"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(timeouts, an_actor_call_is_timed_from_its_start_not_from_its_submission) {
+  start(2);
+  auto c = manta::actor<Counter>().remote();
+  auto slow = c.task(&Counter::nap).remote(600);
+  auto quick = c.task(&Counter::add).timeout(400ms).remote();  // waits 600 ms behind `slow`, runs in no time
+  EXPECT_EQ(manta::get(slow, 30s), 1);
+  EXPECT_EQ(manta::get(quick, 30s), 2);
+  EXPECT_THROW(c.task(&Counter::add).timeout(0ms), manta::usage_error);
 }
 
 TEST_F(timeouts, a_limit_must_be_positive) {

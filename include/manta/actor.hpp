@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -82,6 +83,17 @@ class method_builder {
     name_ = std::move(n);
     return *this;
   }
+  /// A call running longer than `limit` fails with timeout_error and its actor's
+  /// process is killed: the actor restarts under max_restarts (calls sent with it
+  /// are retried uncharged) or dies. The call is not retried. Timed from its
+  /// start: it is sent only when the actor has a free thread for it.
+  template <class Rep, class Period>
+  method_builder& timeout(std::chrono::duration<Rep, Period> limit) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count();
+    if (ns <= 0) throw usage_error("manta: timeout must be positive");
+    timeout_ns_ = static_cast<std::uint64_t>(ns);
+    return *this;
+  }
   /// For a method returning std::tuple<A, B, ...>: one ref per element.
   template <std::size_t K>
   method_builder<K, T, M> num_returns() const {
@@ -89,6 +101,7 @@ class method_builder {
                   "manta: num_returns<K> needs a method returning a std::tuple of K elements");
     method_builder<K, T, M> b(actor_, method_);
     b.name_ = name_;
+    b.timeout_ns_ = timeout_ns_;
     return b;
   }
 
@@ -105,6 +118,7 @@ class method_builder {
       request.mode = detail::call_mode::method;
       request.num_returns = static_cast<std::uint16_t>(N);
       request.options.name = name_;
+      request.options.timeout_ns = timeout_ns_;
       request.options.num_cpus = 0;  // the actor holds its resources; calls take none
       detail::acquire(actor_);
       request.actor = actor_;
@@ -120,6 +134,7 @@ class method_builder {
   detail::ref_node* actor_;
   M method_;
   std::string name_;
+  std::uint64_t timeout_ns_ = 0;
 };
 
 /// A handle to an actor: copyable and serialisable, so it can be passed to tasks

@@ -152,8 +152,12 @@ void scheduler::actor_dispatch(actor_record& a) {
   const auto busy = [&] {
     return static_cast<int>(w.place.in_flight.size()) >= std::max(1, a.options.max_concurrency);
   };
+  // A call with a timeout is timed from when it is sent: it waits for a free thread.
+  const auto waits_for_room = [](const task_spec& t) {
+    return t.options.timeout_ns != 0 || placement::has_stored_inputs(t);
+  };
   while (!a.queue.empty() && a.queue.front()->pending_deps == 0 && a.st == actor_record::state::alive &&
-         !(placement::has_stored_inputs(*a.queue.front()) && busy())) {
+         !(waits_for_room(*a.queue.front()) && busy())) {
     send_task(w, *a.queue.front());  // at once if the actor was idle, else with its next result's flush
     sent = true;
   }
@@ -170,7 +174,7 @@ void scheduler::actor_host_died(worker_link& w, const std::string& cause) {
     t->worker = -1;
     unpin_inputs(*t);
     t->grant = ipc::no_offset;  // freed with the process's other extents
-    if (t->mode == detail::call_mode::construct) graph_.remove(t);
+    if (t->mode == detail::call_mode::construct || t->cancelled) graph_.remove(t);  // a timed-out call failed already
     else calls.push_back(t);
   }
   close_link(w);
@@ -182,7 +186,9 @@ void scheduler::actor_host_died(worker_link& w, const std::string& cause) {
     MANTA_INFO << "actor " << a.label << " died (" << cause << "); restart " << a.restarts;
     for (auto it = calls.rbegin(); it != calls.rend(); ++it) {  // keep their order at the front
       task_spec* t = *it;
-      if (a.options.max_task_retries < 0 || t->attempts < a.options.max_task_retries) {
+      if (w.killed_to_cancel) {  // killed for another call's timeout: not this one's fault
+        graph_.enter(t, a.queue, /*at_front=*/true);
+      } else if (a.options.max_task_retries < 0 || t->attempts < a.options.max_task_retries) {
         ++t->attempts;
         task_retries_.fetch_add(1, std::memory_order_relaxed);
         graph_.enter(t, a.queue, /*at_front=*/true);

@@ -57,6 +57,7 @@ void scheduler::spawned(int slot, pid_t pid, int to_process, int from_process) {
   }
   w.in = ipc::inbox(w.in_fd);
   w.input_closed = w.dirty = w.write_armed = w.killed_to_cancel = w.retiring = false;
+  w.kill_reason.clear();
   w.limited_calls.clear();
   w.place.in_flight.clear();
   w.place.blocked = w.place.active_default = w.place.nondefault = w.place.unbounded = 0;
@@ -131,7 +132,7 @@ void scheduler::close_link(worker_link& w) {
 
 void scheduler::exited(worker_link& w, int status) {
   if (w.st == worker_link::state::dead) return;
-  const std::string cause = describe_exit(status);
+  const std::string cause = w.kill_reason.empty() ? describe_exit(status) : w.kill_reason;
   MANTA_DEBUG << "worker pid " << w.pid << " ended: " << cause;
   if (!stopping_ && !w.retiring) processes_lost_.fetch_add(1, std::memory_order_relaxed);
   if (w.actor) actor_host_died(w, cause);
@@ -139,7 +140,7 @@ void scheduler::exited(worker_link& w, int status) {
 }
 
 void scheduler::pool_worker_died(worker_link& w, int status) {
-  const std::string cause = describe_exit(status);
+  const std::string cause = w.kill_reason.empty() ? describe_exit(status) : w.kill_reason;
   // Which tasks were executing (not merely queued) when it died.
   std::vector<std::uint64_t> running;
   if (cfg_.control) {

@@ -144,7 +144,7 @@ void scheduler::send_task(worker_link& w, task_spec& t) {
     w.retiring = true;  // this is the last call it gets: replaced once idle (on_task_done)
     w.place.usable = false;
   }
-  if (t.options.timeout_ns && !t.actor) {
+  if (t.options.timeout_ns) {
     const auto due = std::chrono::steady_clock::now() + std::chrono::nanoseconds(t.options.timeout_ns);
     const bool earliest = timeouts_.empty() || due < timeouts_.top().due;
     timeouts_.push({due, t.key, w.slot, w.generation});
@@ -360,6 +360,10 @@ void scheduler::expire_timeouts(std::chrono::steady_clock::time_point now) {
     const double seconds = static_cast<double>(t->options.timeout_ns) / 1e9;
     char limit[32];
     std::snprintf(limit, sizeof limit, "%g s", seconds);
+    if (t->is_call()) {
+      time_out_call(t, link(due.slot), limit);
+      continue;
+    }
     MANTA_INFO << "'" << t->name() << "' ran past its timeout of " << limit << "; killing worker pid "
                << link(due.slot).pid;
     stop_task(t,
@@ -371,6 +375,21 @@ void scheduler::expire_timeouts(std::chrono::steady_clock::time_point now) {
   }
   note_next_timeout();
   dispatch();
+}
+
+void scheduler::time_out_call(task_spec* t, worker_link& host, const std::string& limit) {
+  if (t->cancelled) return;
+  const std::string why = "call '" + t->name() + "' ran past its timeout of " + limit;
+  MANTA_INFO << why << "; killing actor " << t->actor->label << " (pid " << host.pid << ")";
+  t->cancelled = true;  // its result, should it still come, is ignored
+  fail_task(t,
+            ipc::error_info{ipc::error_kind::timeout, "manta::timeout_error",
+                            "manta: " + why + "; its actor's process was killed", t->name(), {}, host.pid, 0},
+            /*in_flight=*/true);
+  host.killed_to_cancel = true;  // the calls sent with it are retried uncharged
+  host.kill_reason = "killed: its " + why;
+  host.place.usable = false;
+  host_.kill(host.pid);
 }
 
 void scheduler::note_next_timeout() noexcept {

@@ -54,6 +54,7 @@ struct worker_link {
   actor_record* actor = nullptr;  ///< set when the process hosts an actor
   bool input_closed = false;      ///< its pipe ended, or it sent garbage: read no more
   bool killed_to_cancel = false;  ///< its death retries the other tasks without charging them
+  std::string kill_reason;        ///< why the runtime killed it (its death's cause), or empty
   /// Calls sent of each function with a max_calls, by function id; once one
   /// reaches its limit the worker takes nothing more and is replaced when idle.
   std::unordered_map<std::uint64_t, int> limited_calls;
@@ -193,6 +194,8 @@ class scheduler {
   void cancel_task(task_spec* t, int from = -1);
   /// Fails `t` with `why` and stops it as cancel_task does; then cancels its children.
   void stop_task(task_spec* t, const ipc::error_info& why, int from);
+  /// An actor call past its timeout: it fails, and its actor's process is killed.
+  void time_out_call(task_spec* t, worker_link& host, const std::string& limit);
   void finish_task(task_spec* t);
   void drop_grant(worker_link& w, task_spec& t);
   void notify(const subscriber& s, object_entry* e);
