@@ -15,4 +15,5 @@
 #include <manta/registry.hpp>
 #include <manta/runtime.hpp>
 #include <manta/serialization.hpp>
+#include <manta/stream.hpp>
 #include <manta/task.hpp>

@@ -22,6 +22,11 @@
 #include <manta/object_ref.hpp>
 #include <manta/serialization.hpp>
 
+namespace manta {
+template <class T>
+class emitter;  // stream.hpp
+}  // namespace manta
+
 namespace manta::detail {
 
 using erased_fn = void (*)();
@@ -91,6 +96,22 @@ template <class T>
 inline constexpr bool is_span_v = false;
 template <class E>
 inline constexpr bool is_span_v<std::span<const E>> = true;
+
+/// The value type of a streaming task's first parameter `emitter<T>&` (void for
+/// any other parameter).
+template <class P>
+struct emitted {
+  using type = void;
+};
+template <class T>
+struct emitted<emitter<T>&> {
+  using type = T;
+};
+/// Whether a function with parameters P... is a streaming task.
+template <class... P>
+inline constexpr bool streams_v = false;
+template <class P0, class... P>
+inline constexpr bool streams_v<P0, P...> = !std::is_void_v<typename emitted<P0>::type>;
 
 /// The type an argument is decoded into for a parameter of type P.
 template <class P>
@@ -242,7 +263,7 @@ function_info make_function_info(std::string name, R (*f)(P...)) {
   info.fn = reinterpret_cast<erased_fn>(f);
   info.arity = sizeof...(P);
   info.call = &invoke_call<R, P...>;
-  constexpr bool mappable = !std::is_void_v<R> && !is_buffer_v<R> && !holds_buffer_v<R> &&
+  constexpr bool mappable = !std::is_void_v<R> && !is_buffer_v<R> && !holds_buffer_v<R> && !streams_v<P...> &&
                             (!is_span_v<param_t<P>> && ...);
   if constexpr (mappable && sizeof...(P) == 1) info.map = &invoke_map<R, P...>;
   if constexpr (mappable && sizeof...(P) >= 1) info.starmap = &invoke_starmap<R, P...>;

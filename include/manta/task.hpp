@@ -60,6 +60,11 @@ void encode_arg(arg_writer& w, A&& a) {
   }
 }
 
+/// Submits a streaming task; defined in stream.hpp (include <manta/stream.hpp>
+/// or <manta/manta.hpp> to call one).
+template <class T>
+struct stream_submitter;
+
 }  // namespace detail
 
 /// Builder for one call of a registered function; options chain, `remote` submits.
@@ -134,14 +139,32 @@ class task_builder {
   /// Submit the call; returns at once. Arguments may be values or object_refs.
   /// @returns object_ref<R>, or a std::tuple of K refs after num_returns<K>().
   /// @throws usage_error if f is not registered or the runtime is not running.
+  /// For a streaming task (first parameter `emitter<T>&`, given no argument):
+  /// @returns ref_stream<T>.
   template <class... A>
   auto remote(A&&... args) const {
-    static_assert(sizeof...(A) == sizeof...(P),
-                  "manta: remote() takes exactly the function's arguments");
     detail::task_request request;
     request.function = &detail::function_for(reinterpret_cast<detail::erased_fn>(fn_));
     request.options = options_;
     request.num_returns = static_cast<std::uint16_t>(N);
+    if constexpr (detail::streams_v<P...>) {
+      static_assert(sizeof...(A) + 1 == sizeof...(P),
+                    "manta: remote() of a streaming task takes the arguments after its emitter");
+      static_assert(std::is_void_v<R> && N == 1, "manta: a streaming task returns void");
+      return [&]<class E, class... Rest>(std::tuple<E, Rest...>*) {
+        using T = typename detail::emitted<E>::type;
+        return detail::stream_submitter<T>::template submit<Rest...>(std::move(request), std::forward<A>(args)...);
+      }(static_cast<std::tuple<P...>*>(nullptr));
+    } else {
+      return submit_call(std::move(request), std::forward<A>(args)...);
+    }
+  }
+
+ private:
+  template <class... A>
+  auto submit_call(detail::task_request&& request, A&&... args) const {
+    static_assert(sizeof...(A) == sizeof...(P),
+                  "manta: remote() takes exactly the function's arguments");
     detail::arg_writer writer(request);
     (detail::encode_arg<P>(writer, std::forward<A>(args)), ...);
     std::array<detail::ref_node*, N> out{};
@@ -156,7 +179,6 @@ class task_builder {
     }
   }
 
- private:
   template <std::size_t, class, class...>
   friend class task_builder;
   R (*fn_)(P...);
