@@ -24,6 +24,11 @@ struct options {
   std::string log_dir;
   /// Make a second `init` a no-op instead of a usage_error.
   bool ignore_reinit = false;
+  /// Run every task and actor method in the driver's process, on the thread
+  /// that submits it, at once and one at a time: no worker process starts, so
+  /// task code can be stepped through in a debugger (joblib's n_jobs=1). The
+  /// API, the errors, resources and named actors keep their meaning.
+  bool local_mode = false;
   /// Run once in every worker and actor host before its first task (as
   /// Pool(initializer=)); must be registered with MANTA_REMOTE. If it throws,
   /// every task sent to that process fails with a task_error saying so (an

@@ -11,6 +11,7 @@
 
 #include "ipc/owned_fds.hpp"
 #include "runtime/introspect.hpp"
+#include "runtime/local_runtime.hpp"
 #include "runtime/node_runtime.hpp"
 
 namespace manta {
@@ -20,6 +21,8 @@ runtime::node_runtime* node = nullptr;  ///< guarded by lifecycle_mu
 /// The parent's runtime, in a child forked from it: never used or freed there
 /// (kept reachable, so a leak checker in the child does not report it).
 runtime::node_runtime* left_by_fork = nullptr;
+runtime::local_runtime* local = nullptr;  ///< options.local_mode's runtime; guarded by lifecycle_mu
+runtime::local_runtime* local_left_by_fork = nullptr;
 pid_t owner = 0;                        ///< the process that made `node`
 thread_local bool in_lifecycle = false;  ///< this thread holds lifecycle_mu
 bool locked_for_fork = false;
@@ -63,10 +66,11 @@ void after_fork_in_child() {
     ipc::close_owned_fds();
     process::forget_context_after_fork();
   }
-  if (node && owner != 0 && ::getpid() != owner) {
+  if ((node || local) && owner != 0 && ::getpid() != owner) {
     ipc::close_owned_fds();
     process::forget_context_after_fork();
     left_by_fork = std::exchange(node, nullptr);  // the parent's; never touched here
+    local_left_by_fork = std::exchange(local, nullptr);
     owner = 0;
   }
   if (unlock) lifecycle_mu.unlock();
@@ -88,9 +92,14 @@ void init(const options& opts) {
                       "which this build does not include");
   if (opts.num_workers < 0) throw usage_error("manta: options.num_workers must be >= 0");
   if (opts.worker_setup) detail::function_for(opts.worker_setup);  // registered, or usage_error
-  node = new runtime::node_runtime(opts);
+  if (opts.local_mode) {
+    local = new runtime::local_runtime(opts);
+    process::set_current_context(local);
+  } else {
+    node = new runtime::node_runtime(opts);
+    process::set_current_context(node);
+  }
   owner = ::getpid();
-  process::set_current_context(node);
   static bool at_exit = (std::atexit([] { shutdown(); }), true);
   (void)at_exit;
 }
@@ -98,10 +107,19 @@ void init(const options& opts) {
 void shutdown() {
   if (in_worker()) return;  // a worker's runtime ends with its process
   lifecycle_lock lock;
-  if (!node) return;
+  if (!node && !local) return;
   if (::getpid() != owner) {  // forked without the fork handlers (a raw clone): not ours to stop
     process::forget_context_after_fork();
     left_by_fork = std::exchange(node, nullptr);
+    local_left_by_fork = std::exchange(local, nullptr);
+    owner = 0;
+    return;
+  }
+  if (local) {
+    local->stop();
+    process::exclusive_context_scope exclusive;
+    process::set_current_context(nullptr);
+    delete std::exchange(local, nullptr);
     owner = 0;
     return;
   }
@@ -148,7 +166,7 @@ spill_counters spilling() {
 std::size_t object_count() {
   if (in_worker()) return {};
   std::lock_guard lock(lifecycle_mu);
-  return node ? node->object_count() : 0;
+  return node ? node->object_count() : local ? local->object_count() : 0;
 }
 
 }  // namespace detail

@@ -82,18 +82,7 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (n >= process::max_slots)
     throw usage_error("manta: num_workers must be below " + std::to_string(process::max_slots));
-  std::map<std::string, double> custom = opts.resources;
-  double cpus = n;
-  if (auto it = custom.find("CPU"); it != custom.end()) {
-    cpus = it->second;
-    custom.erase(it);
-  }
-  int gpus = opts.num_gpus >= 0 ? opts.num_gpus : -1;
-  if (auto it = custom.find("GPU"); it != custom.end()) {
-    gpus = static_cast<int>(it->second);
-    custom.erase(it);
-  }
-  if (gpus < 0) gpus = detect_gpus();  // before the zygote: probing forks a child
+  resource_ledger ledger = ledger_for(opts, n);  // before the zygote: probing GPUs forks a child
   pool_size_ = static_cast<std::size_t>(n);
   open_standard_fds();
   ignore_sigpipe();
@@ -128,7 +117,7 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
   ipc::own_fd(epoll_fd_);
   sched_ = std::make_unique<scheduler>(
       scheduler::config{pool_size_, static_cast<std::size_t>(process::max_slots), control_}, *dir_, *store_,
-      resource_ledger(cpus, gpus, std::move(custom)), *this);
+      std::move(ledger), *this);
   {
     scheduler_lock lock(*this);
     sched_->start();

@@ -13,6 +13,32 @@
 
 namespace manta::runtime {
 
+resource_ledger ledger_for(const options& opts, int workers) {
+  std::map<std::string, double> custom = opts.resources;
+  double cpus = workers;
+  if (auto it = custom.find("CPU"); it != custom.end()) {
+    cpus = it->second;
+    custom.erase(it);
+  }
+  int gpus = opts.num_gpus >= 0 ? opts.num_gpus : -1;
+  if (auto it = custom.find("GPU"); it != custom.end()) {
+    gpus = static_cast<int>(it->second);
+    custom.erase(it);
+  }
+  if (gpus < 0) gpus = detect_gpus();
+  return resource_ledger(cpus, gpus, std::move(custom));
+}
+
+std::optional<std::string> check_demand(const resource_ledger& ledger, const detail::task_options& o, bool actor,
+                                        const std::string& name, demand& need) {
+  const std::string what = actor ? "actor " + name : "task '" + name + "'";
+  if (o.num_gpus != static_cast<int>(o.num_gpus))
+    return "manta: " + what + " asks for " + std::to_string(o.num_gpus) + " GPUs; GPUs are handed out whole";
+  need = demand{o.num_cpus, static_cast<int>(o.num_gpus), o.resources};
+  if (auto why = ledger.infeasible(need)) return "manta: " + what + " " + *why;
+  return std::nullopt;
+}
+
 resource_ledger::resource_ledger(double cpus, int gpus, std::map<std::string, double> custom)
     : cpu_total_(cpus), cpu_free_(cpus), gpu_total_(gpus), custom_total_(custom), custom_free_(custom) {
   for (int i = 0; i < gpus; ++i) gpu_free_.push_back(i);

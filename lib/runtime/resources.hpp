@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <manta/detail/task_request.hpp>
+#include <manta/options.hpp>
+
 namespace manta::runtime {
 
 /// What a task or actor asks for.
@@ -54,5 +57,15 @@ class resource_ledger {
 /// process (a CUDA context must never exist in a process that forks workers);
 /// 0 when built without CUDA or when there is no device.
 int detect_gpus();
+
+/// The node's resources as `opts` declare them for `workers` workers: CPUs (an
+/// entry "CPU" overrides the count), GPUs (an entry "GPU", else num_gpus, else
+/// the machine's) and the custom ones.
+resource_ledger ledger_for(const options& opts, int workers);
+
+/// What a task (or, with `actor`, an actor) named `name` asks for, in `need`;
+/// or why it can never run on this node (the message a usage_error carries).
+std::optional<std::string> check_demand(const resource_ledger& ledger, const detail::task_options& o, bool actor,
+                                        const std::string& name, demand& need);
 
 }  // namespace manta::runtime

@@ -39,17 +39,8 @@ void scheduler::start() {
 }
 
 std::optional<std::string> scheduler::admit(task_spec& t) const {
-  const detail::task_options& o = t.options;
   if (t.mode == detail::call_mode::method) return std::nullopt;  // takes nothing
-  auto what = [&] {
-    const bool ctor = t.mode == detail::call_mode::construct;
-    return (ctor ? "actor " : "task '") + t.name() + (ctor ? "" : "'");
-  };
-  if (o.num_gpus != static_cast<int>(o.num_gpus))
-    return "manta: " + what() + " asks for " + std::to_string(o.num_gpus) + " GPUs; GPUs are handed out whole";
-  t.need = demand{o.num_cpus, static_cast<int>(o.num_gpus), o.resources};
-  if (auto why = ledger_.infeasible(t.need)) return "manta: " + what() + " " + *why;
-  return std::nullopt;
+  return check_demand(ledger_, t.options, t.mode == detail::call_mode::construct, t.name(), t.need);
 }
 
 void scheduler::submit(std::unique_ptr<task_spec> owned) {
