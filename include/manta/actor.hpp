@@ -179,6 +179,11 @@ class actor_builder {
     options_.resources = std::move(r);
     return *this;
   }
+  /// Bytes of the node's "memory" resource held for the actor's whole life.
+  actor_builder& memory(std::uint64_t bytes) {
+    options_.memory = bytes;
+    return *this;
+  }
   /// Times the actor's process is restarted (constructor re-run) after it dies.
   actor_builder& max_restarts(int n) {
     options_.max_restarts = n;

@@ -90,6 +90,14 @@ class actor_died_error : public error {
   using error::error;
 };
 
+/// The memory monitor killed the task's process (the machine's memory was above
+/// options.memory_threshold) more often than its max_retries allowed. The message
+/// says how much memory the machine and the task's process used.
+class out_of_memory_error : public error {
+ public:
+  using error::error;
+};
+
 /// The node that held a task, an object or an actor was lost and what it held
 /// could not be rebuilt: on one node, the runtime's own processes (its zygote)
 /// are gone, so nothing more can run until `shutdown` and a new `init`.

@@ -34,6 +34,11 @@ struct options {
   /// every task sent to that process fails with a task_error saying so (an
   /// actor's constructor too), and the process is not restarted in a loop.
   void (*worker_setup)() = nullptr;
+  /// Fraction of the machine's memory (or of the cgroup's limit) above which
+  /// the runtime kills the process of the most recently started task, retriable
+  /// ones first, before the kernel's OOM killer picks the driver; the task is
+  /// retried under max_retries, then fails with out_of_memory_error. 0: off.
+  double memory_threshold = 0.95;
 };
 
 }  // namespace manta

@@ -93,6 +93,13 @@ class task_builder {
     options_.resources = std::move(r);
     return *this;
   }
+  /// Bytes of the node's memory (its "memory" resource, the machine's RAM unless
+  /// options.resources says otherwise) the task holds while it runs: tasks wait
+  /// rather than run together past it. Not a limit on what it really uses.
+  task_builder& memory(std::uint64_t bytes) {
+    options_.memory = bytes;
+    return *this;
+  }
   /// Times to re-run the task when its worker dies (default 3; -1 = forever).
   task_builder& max_retries(int n) {
     options_.max_retries = n;

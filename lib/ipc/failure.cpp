@@ -55,6 +55,8 @@ void throw_error(const error_info& e) {
       throw node_died_error(e.message + via);
     case error_kind::timeout:
       throw timeout_error(e.message + via);
+    case error_kind::out_of_memory:
+      throw out_of_memory_error(e.message + via);
   }
   throw error(e.message);
 }

@@ -19,8 +19,9 @@ enum class error_kind : std::uint8_t {
   cancelled = 5,          ///< manta::cancel: task_cancelled_error
   node_died = 6,          ///< the node's processes are gone for good: node_died_error
   timeout = 7,            ///< it ran past its .timeout(d): timeout_error
+  out_of_memory = 8,      ///< the memory monitor killed it past max_retries: out_of_memory_error
 };
-inline constexpr std::uint8_t last_error_kind = 7;
+inline constexpr std::uint8_t last_error_kind = 8;
 
 /// A failure as it travels between processes.
 struct error_info {

@@ -104,6 +104,7 @@ void write_options(frame_writer& w, const detail::task_options& o) {
   w.string(o.name);
   w.put(o.timeout_ns);
   w.put(static_cast<std::int32_t>(o.max_calls));
+  w.put(o.memory);
   w.put(static_cast<std::uint32_t>(o.resources.size()));
   for (const auto& [name, amount] : o.resources) {
     w.string(name);
@@ -123,6 +124,7 @@ detail::task_options read_options(frame_reader& r) {
   o.name = r.string();
   o.timeout_ns = r.get<std::uint64_t>();
   o.max_calls = r.get<std::int32_t>();
+  o.memory = r.get<std::uint64_t>();
   // Each entry is at least a length and an amount.
   auto n = r.count(sizeof(std::uint32_t) + sizeof(double));
   for (std::size_t i = 0; i < n; ++i) {

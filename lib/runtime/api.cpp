@@ -91,6 +91,9 @@ void init(const options& opts) {
     throw usage_error("manta: options.address (joining a cluster) needs the TCP bridge, "
                       "which this build does not include");
   if (opts.num_workers < 0) throw usage_error("manta: options.num_workers must be >= 0");
+  if (!(opts.memory_threshold >= 0 && opts.memory_threshold <= 1))
+    throw usage_error("manta: options.memory_threshold must be a fraction in [0, 1] (0: off), not " +
+                      std::to_string(opts.memory_threshold));
   if (opts.worker_setup) detail::function_for(opts.worker_setup);  // registered, or usage_error
   if (opts.local_mode) {
     local = new runtime::local_runtime(opts);

@@ -151,6 +151,12 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epo
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, zygote_->socket(), &zev);
   zygote_watched_ = true;
   io_thread_ = std::thread([this] { io_loop(); });
+  if (opts_.memory_threshold > 0)
+    monitor_ = std::make_unique<memory_monitor>(opts_.memory_threshold, [this](const memory_usage& m) {
+      process::context_use use;
+      scheduler_lock lock(*this);
+      sched_->kill_for_memory(m, opts_.memory_threshold);
+    });
 }
 
 node_runtime::~node_runtime() {
@@ -162,6 +168,7 @@ node_runtime::~node_runtime() {
 
 void node_runtime::begin_stop() {
   stopping_.store(true, std::memory_order_release);
+  monitor_.reset();  // its thread takes the scheduler's lock
   wake_io();
   if (io_thread_.joinable()) io_thread_.join();
   dir_->wake_all();

@@ -31,6 +31,7 @@
 #include "process/context.hpp"
 #include "process/control.hpp"
 #include "runtime/directory.hpp"
+#include "runtime/memory_monitor.hpp"
 #include "runtime/object_store.hpp"
 #include "runtime/output_forwarder.hpp"
 #include "runtime/scheduler.hpp"
@@ -153,6 +154,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::unique_ptr<zygote_link> zygote_;
   std::unique_ptr<output_forwarder> output_;
   std::unique_ptr<scheduler> sched_;  ///< guarded by mu_
+  std::unique_ptr<memory_monitor> monitor_;  ///< options.memory_threshold; made last, stopped first
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> lost_{false};  ///< the node lost its zygote: nothing can run any more

@@ -56,7 +56,7 @@ void scheduler::spawned(int slot, pid_t pid, int to_process, int from_process) {
     w.out = ipc::outbox(w.out_fd, {});
   }
   w.in = ipc::inbox(w.in_fd);
-  w.input_closed = w.dirty = w.write_armed = w.killed_to_cancel = w.retiring = false;
+  w.input_closed = w.dirty = w.write_armed = w.killed_to_cancel = w.retiring = w.killed_for_memory = false;
   w.kill_reason.clear();
   w.limited_calls.clear();
   w.place.in_flight.clear();
@@ -168,11 +168,17 @@ void scheduler::pool_worker_died(worker_link& w, int status) {
       ++t->attempts;
       if (t->options.max_retries >= 0 && t->attempts > t->options.max_retries) {
         int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-        failed.emplace_back(t, ipc::error_info{ipc::error_kind::worker_crashed, "",
-                                               "manta: worker pid " + std::to_string(w.pid) + " running '" +
-                                                   t->name() + "' died from " + cause + " (tried " +
-                                                   std::to_string(t->attempts) + " times)",
-                                               t->name(), {}, w.pid, sig});
+        const std::string tried = " (tried " + std::to_string(t->attempts) + " times)";
+        if (w.killed_for_memory)
+          failed.emplace_back(t, ipc::error_info{ipc::error_kind::out_of_memory, "manta::out_of_memory_error",
+                                                 "manta: task '" + t->name() + "' in worker pid " +
+                                                     std::to_string(w.pid) + " was " + cause + tried,
+                                                 t->name(), {}, w.pid, sig});
+        else
+          failed.emplace_back(t, ipc::error_info{ipc::error_kind::worker_crashed, "",
+                                                 "manta: worker pid " + std::to_string(w.pid) + " running '" +
+                                                     t->name() + "' died from " + cause + tried,
+                                                 t->name(), {}, w.pid, sig});
         continue;
       }
     }

@@ -1,6 +1,8 @@
 // runtime/resources.cpp: the ledger, and GPU discovery.
 #include "runtime/resources.hpp"
 
+#include "runtime/memory_monitor.hpp"
+
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,6 +28,7 @@ resource_ledger ledger_for(const options& opts, int workers) {
     custom.erase(it);
   }
   if (gpus < 0) gpus = detect_gpus();
+  if (!custom.count("memory")) custom["memory"] = static_cast<double>(read_memory_usage().total);
   return resource_ledger(cpus, gpus, std::move(custom));
 }
 
@@ -35,6 +38,7 @@ std::optional<std::string> check_demand(const resource_ledger& ledger, const det
   if (o.num_gpus != static_cast<int>(o.num_gpus))
     return "manta: " + what + " asks for " + std::to_string(o.num_gpus) + " GPUs; GPUs are handed out whole";
   need = demand{o.num_cpus, static_cast<int>(o.num_gpus), o.resources};
+  if (o.memory) need.custom["memory"] = static_cast<double>(o.memory);
   if (auto why = ledger.infeasible(need)) return "manta: " + what + " " + *why;
   return std::nullopt;
 }

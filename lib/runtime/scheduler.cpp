@@ -130,6 +130,7 @@ void scheduler::send_task(worker_link& w, task_spec& t) {
   const bool was_waiting = w.place.in_flight.empty() ||
                            w.place.blocked == static_cast<int>(w.place.in_flight.size());
   t.worker = w.slot;
+  t.sent_seq = ++sent_seq_;
   place_.sent(w.place, t);
   if (t.options.max_calls > 0 && !t.actor && ++w.limited_calls[t.fn->id] >= t.options.max_calls) {
     w.retiring = true;  // this is the last call it gets: replaced once idle (on_task_done)
@@ -366,6 +367,43 @@ void scheduler::expire_timeouts(std::chrono::steady_clock::time_point now) {
   }
   note_next_timeout();
   dispatch();
+}
+
+bool scheduler::kill_for_memory(const memory_usage& m, double threshold) {
+  if (!cfg_.control || lost_ || stopping_) return false;
+  for (int i = 0; i < slots_in_use(); ++i)
+    if (link(i).killed_for_memory && link(i).st != worker_link::state::dead) return false;
+  worker_link* victim = nullptr;
+  task_spec* newest = nullptr;
+  bool newest_retriable = false;
+  for (int i = 0; i < slots_in_use(); ++i) {
+    worker_link& w = link(i);
+    if (w.st != worker_link::state::alive || w.actor) continue;  // actors keep state: not restarted for this
+    const process::process_slot& slot = cfg_.control->slots[w.slot];
+    if (slot.depth.load() == 0) continue;
+    task_spec* t = graph_.find(slot.running[0].load());
+    if (!t || t->worker != w.slot || t->cancelled) continue;
+    const bool retriable = t->options.max_retries < 0 || t->attempts < t->options.max_retries;
+    if (!newest || (retriable && !newest_retriable) ||
+        (retriable == newest_retriable && t->sent_seq > newest->sent_seq)) {
+      victim = &w;
+      newest = t;
+      newest_retriable = retriable;
+    }
+  }
+  if (!victim) return false;
+  char why[256];
+  std::snprintf(why, sizeof why,
+                "killed by the memory monitor: the machine used %s, above the threshold of %.1f%%; "
+                "the task's process held %.0f MiB",
+                m.describe().c_str(), 100 * threshold,
+                static_cast<double>(resident_bytes_of(victim->pid)) / (1 << 20));
+  victim->kill_reason = why;
+  victim->killed_for_memory = true;
+  victim->place.usable = false;
+  MANTA_WARN << "'" << newest->name() << "' in worker pid " << victim->pid << " " << why;
+  host_.kill(victim->pid);
+  return true;
 }
 
 void scheduler::time_out_call(task_spec* t, worker_link& host, const std::string& limit) {

@@ -29,6 +29,7 @@
 #include "runtime/directory.hpp"
 #include "runtime/object_store.hpp"
 #include "runtime/placement.hpp"
+#include "runtime/memory_monitor.hpp"
 #include "runtime/resources.hpp"
 #include "runtime/task_graph.hpp"
 
@@ -55,6 +56,7 @@ struct worker_link {
   bool input_closed = false;      ///< its pipe ended, or it sent garbage: read no more
   bool killed_to_cancel = false;  ///< its death retries the other tasks without charging them
   std::string kill_reason;        ///< why the runtime killed it (its death's cause), or empty
+  bool killed_for_memory = false; ///< by the memory monitor: its task fails with out_of_memory_error
   /// Calls sent of each function with a max_calls, by function id; once one
   /// reaches its limit the worker takes nothing more and is replaced when idle.
   std::unordered_map<std::uint64_t, int> limited_calls;
@@ -119,6 +121,11 @@ class scheduler {
   /// timeout_error and its process is killed (what else ran there is retried
   /// uncharged, as for cancel).
   void expire_timeouts(std::chrono::steady_clock::time_point now);
+  /// The machine's memory is above `threshold` (memory_monitor): kills the pool
+  /// worker running the most recently sent task, retriable ones first. One at a
+  /// time: nothing while the last one killed has not died yet.
+  /// @returns whether a process was killed.
+  bool kill_for_memory(const memory_usage& m, double threshold);
 
   // ---- actors
   /// Reserves `name` for the actor whose handles point to `entry`; false if taken.
@@ -250,6 +257,7 @@ class scheduler {
   placement place_;
   std::vector<std::unique_ptr<worker_link>> links_;
   std::atomic<int> slots_in_use_{0};
+  std::uint64_t sent_seq_ = 0;
   std::vector<int> dirty_;
   std::atomic<std::uint64_t> next_key_{0};
   std::uint64_t next_process_number_ = 0;

@@ -54,6 +54,7 @@ struct task_spec {
   // While it runs.
   int attempts = 0;  ///< runs lost to crashes (or exceptions, with retry_exceptions)
   int worker = -1;   ///< slot it was sent to, while in flight
+  std::uint64_t sent_seq = 0;  ///< order of its last sending among all tasks (the memory monitor's "newest")
   demand need;            ///< what it holds while it runs
   std::vector<int> gpus;  ///< GPU ids granted while it runs
   bool charged = false;   ///< non-default tasks: `need` is taken from the ledger

@@ -17,6 +17,7 @@ struct task_options {
   double num_cpus = 1;
   double num_gpus = 0;
   std::map<std::string, double> resources;  ///< custom resources
+  std::uint64_t memory = 0;  ///< bytes of the node's "memory" resource held while it runs
   int max_retries = 3;
   bool retry_exceptions = false;
   std::string name;  ///< tasks: shown in errors; actors: the name get_actor finds
