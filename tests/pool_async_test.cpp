@@ -72,6 +72,8 @@ TEST_F(pool_async, map_starmap_and_imap_unordered_take_single_pass_inputs) {
   EXPECT_EQ(got.size(), 15u);
   EXPECT_EQ(*got.rbegin(), 28 * 28);
   EXPECT_THROW(p.map(square, std::vector<int>{1, -1}), manta::task_error);
+  std::istringstream more("2 3");
+  EXPECT_EQ(p.map_async(square, std::views::istream<int>(more)).get(30s), (std::vector<int>{4, 9}));
 }
 
 TEST_F(pool_async, map_async_runs_its_callbacks_on_one_thread_before_the_result_is_ready) {
@@ -209,6 +211,28 @@ TEST_F(pool_async, the_last_copy_of_a_pool_waits_for_its_work) {
   ASSERT_TRUE(gate.open());
   ASSERT_EQ(ended.wait_for(30s), std::future_status::ready);
   EXPECT_EQ(manta::get(r, 1s), 1);
+}
+
+TEST_F(pool_async, a_callback_may_hold_or_drop_the_pools_last_copy) {
+  start(2);
+  // The callback drops the last copy while it runs (on the pool's own thread).
+  auto holder = std::make_shared<std::optional<manta::pool>>(manta::pool{});
+  auto dropped = (*holder)->map_async(square, std::vector<int>{3},
+                                      {.on_result = [holder](const std::vector<int>&) { holder->reset(); }});
+  EXPECT_EQ(dropped.get(30s), (std::vector<int>{9}));
+  EXPECT_TRUE(manta::testing::eventually([&] { return !holder->has_value(); }, 10s));
+  // The callback holds a copy and the caller's goes first: the last one goes
+  // when the job is done with, on the pool's thread.
+  std::optional<manta::async_result<int>> kept;
+  std::atomic<int> seen{0};
+  {
+    manta::pool p;
+    kept = p.map_async(square, std::vector<int>{4, 5},
+                       {.on_result = [p, &seen](const std::vector<int>& v) { seen = v[0] + v[1]; }});
+  }
+  EXPECT_EQ(kept->get(30s), (std::vector<int>{16, 25}));
+  EXPECT_EQ(seen.load(), 41);
+  EXPECT_EQ(manta::pool().map(square, std::vector<int>{6}), (std::vector<int>{36}));  // the runtime goes on
 }
 
 }  // namespace

@@ -36,7 +36,12 @@ int fill_bounded(manta::queue<int> q) {
   for (int i = 0; i < 5; ++i) q.put(i);  // blocks while the driver has not taken enough
   return 5;
 }
-MANTA_REMOTE(produce, take_one, put_then_die, sum_of_ref, fill_bounded);
+int take_three(manta::queue<int> q) { return q.get(30s) + q.get(30s) + q.get(30s); }
+int held_at_gate(std::string gate) {
+  manta::testing::wait_at_gate(gate);
+  return 1;
+}
+MANTA_REMOTE(produce, take_one, put_then_die, sum_of_ref, fill_bounded, take_three, held_at_gate);
 
 struct Consumer {
   manta::queue<std::string> q;
@@ -145,6 +150,24 @@ TEST_F(queue_test, items_outlive_a_process_killed_after_putting_them) {
 TEST(queue_misuse, a_queue_needs_a_runtime_at_its_first_use_only) {
   manta::queue<int> q;  // no process yet: building one without a runtime is fine
   EXPECT_THROW(q.put(1), manta::usage_error);
+}
+
+TEST_F(queue_test, a_consumer_never_nests_on_the_producer_it_waits_for) {
+  // A task waiting in put lends its worker's CPU; a task nested on it now would
+  // sit on top of the producer. A consumer there would wait for puts the
+  // producer cannot make until the consumer returns: it must wait for a free worker.
+  start(2);
+  manta::queue<int> q(1);
+  manta::testing::fifo_gate gate;
+  auto busy = manta::task(held_at_gate).remote(gate.path());  // the other worker
+  auto producer = manta::task(fill_bounded).remote(q);        // blocks in its second put
+  ASSERT_TRUE(manta::testing::eventually([&] { return q.size() == 1; }, 10s));
+  auto consumer = manta::task(take_three).remote(q);
+  ASSERT_TRUE(gate.open());
+  EXPECT_EQ(manta::get(consumer, 30s), 0 + 1 + 2);
+  for (int i = 3; i < 5; ++i) EXPECT_EQ(q.get(30s), i);
+  EXPECT_EQ(manta::get(producer, 30s), 5);
+  EXPECT_EQ(manta::get(busy, 30s), 1);
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support.hpp"
@@ -46,7 +48,15 @@ long sum_of_stream(int n) {
   for (auto& r : manta::task(count_to).remote(n)) s += manta::get(r);
   return s;
 }
-MANTA_REMOTE(count_to, three_then_gate_then_two, two_then_throw, dies_once_midway, big_blocks, sum_of_stream);
+void from_threads(manta::emitter<int>& out, int threads, int each) {
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t)
+    workers.emplace_back([&, t] {
+      for (int i = 0; i < each; ++i) out.emit(t * 1000 + i);
+    });
+  for (auto& w : workers) w.join();
+}
+MANTA_REMOTE(from_threads, count_to, three_then_gate_then_two, two_then_throw, dies_once_midway, big_blocks, sum_of_stream);
 
 class stream_test : public manta::testing::runtime_fixture {};
 
@@ -157,6 +167,20 @@ TEST_F(stream_test, a_stream_dropped_unread_lets_its_task_finish) {
   }  // dropped with 49 values unread
   manta::get(done, 30s);
   EXPECT_EQ(manta::get(manta::task(sum_of_stream).remote(3), 30s), 3);
+}
+
+TEST_F(stream_test, threads_of_the_task_may_emit_at_once) {
+  start(2);
+  std::map<int, std::vector<int>> by_thread;
+  for (auto& r : manta::task(from_threads).max_retries(0).remote(4, 50)) {
+    int v = manta::get(r, 30s);
+    by_thread[v / 1000].push_back(v % 1000);
+  }
+  ASSERT_EQ(by_thread.size(), 4u);
+  for (auto& [t, values] : by_thread) {
+    ASSERT_EQ(values.size(), 50u) << "thread " << t;
+    for (int i = 0; i < 50; ++i) EXPECT_EQ(values[i], i) << "thread " << t;  // each thread's order kept
+  }
 }
 
 TEST(stream_usage, an_emitter_outside_a_stream_is_a_usage_error) {

@@ -168,6 +168,11 @@ TEST_F(timeouts, a_limit_must_be_positive) {
   EXPECT_THROW(manta::task(twice).timeout(0ms), manta::usage_error);
   EXPECT_THROW(manta::task(twice).timeout(-1s), manta::usage_error);
   EXPECT_EQ(manta::get(manta::task(twice).remote(1), 10s), 2);
+  // duration::max() means no limit (it overflows nanoseconds).
+  EXPECT_EQ(manta::get(manta::task(twice).timeout(std::chrono::hours::max()).remote(2), 10s), 4);
+  auto c = manta::actor<Counter>().remote();
+  EXPECT_THROW(c.task(&Counter::pid).timeout(0s), manta::usage_error);
+  EXPECT_GT(manta::get(c.task(&Counter::pid).timeout(std::chrono::seconds::max()).remote(), 10s), 0);
 }
 
 }  // namespace

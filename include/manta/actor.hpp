@@ -89,9 +89,7 @@ class method_builder {
   /// start: it is sent only when the actor has a free thread for it.
   template <class Rep, class Period>
   method_builder& timeout(std::chrono::duration<Rep, Period> limit) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count();
-    if (ns <= 0) throw usage_error("manta: timeout must be positive");
-    timeout_ns_ = static_cast<std::uint64_t>(ns);
+    timeout_ns_ = detail::timeout_ns(limit);
     return *this;
   }
   /// For a method returning std::tuple<A, B, ...>: one ref per element.

@@ -95,6 +95,23 @@ void append_chunk(const object_ref<std::vector<R>>& chunk, std::vector<R>& out) 
   }
 }
 
+/// The jobs of map_async waiting for their refs, and the thread running their
+/// callbacks. Shared by the pool's state and that thread: a callback may drop
+/// the pool's last copy, and the thread still finishes the jobs left.
+struct result_loop {
+  struct job {
+    std::vector<counted_ref> pending;  // not seen done yet
+    std::function<void()> finish;
+  };
+  std::mutex mu;
+  std::condition_variable changed;  // a job added or finished, or stopping
+  bool stopping = false;            // no new jobs: end once they are done
+  std::list<job> jobs;
+  /// The thread's body: runs each job's finish once all its refs are done, in
+  /// the order they are found done; returns once stopping with no job left.
+  void run();
+};
+
 /// What a pool's copies, its result streams and its async results share: the
 /// work it has not seen finish (for join, terminate and the destructor) and the
 /// thread that runs map_async callbacks. Thread-safe.
@@ -123,21 +140,16 @@ class pool_state {
   static void report_dropped(std::exception_ptr e) noexcept;
 
  private:
-  struct job {
-    std::vector<counted_ref> pending;  // not seen done yet
-    std::function<void()> finish;
-  };
   void wait_for_work();
-  void run_results();
   void prune_locked();
+  bool on_result_thread() const;
 
   mutable std::mutex mu_;
-  std::condition_variable changed_;  // a job added or finished, or stopping
-  bool closed_ = false, terminated_ = false, stopping_ = false;
+  bool closed_ = false, terminated_ = false;
   std::vector<counted_ref> work_;  // async work not seen done yet
   std::size_t prune_at_ = 64;
-  std::list<job> jobs_;
-  std::thread results_;
+  std::shared_ptr<result_loop> loop_ = std::make_shared<result_loop>();
+  std::thread results_;  // started at the first job
 };
 
 /// Reads a range that is not sized lazily and submits it chunk by chunk.
@@ -459,7 +471,8 @@ class pool {
     if constexpr (std::ranges::sized_range<Items>) {
       chunks = detail::submit_chunks<R, X>(fn, mode, state_->max_retries, xs, chunksize);
     } else {
-      std::vector<X> all(std::ranges::begin(xs), std::ranges::end(xs));
+      std::vector<X> all;  // read whole: the result is one list (the end may be a sentinel)
+      for (auto&& x : xs) all.push_back(std::forward<decltype(x)>(x));
       chunks = detail::submit_chunks<R, X>(fn, mode, state_->max_retries, all, chunksize);
     }
     std::vector<detail::counted_ref> refs(chunks.begin(), chunks.end());

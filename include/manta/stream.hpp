@@ -60,7 +60,7 @@ class emitter {
   explicit emitter(actor_handle<detail::stream_store> home) : home_(std::move(home)) {}
   emitter(emitter&& o) noexcept
       : home_(std::move(o.home_)), in_task_(std::exchange(o.in_task_, false)), next_(o.next_),
-        exceptions_at_start_(o.exceptions_at_start_) {}
+        exceptions_at_start_(o.exceptions_at_start_) {}  // (never moved while emitting)
   emitter& operator=(emitter&&) = delete;
   /// When the task returns (not when it throws), its stream ends at once; else
   /// the caller finds the end, or the error, through the task's result.
@@ -73,10 +73,12 @@ class emitter {
   }
 
   /// Seals `value` as an object of its own and hands it to the caller's stream,
-  /// returning once the stream holds it.
+  /// returning once the stream holds it. Thread-safe: threads the task started
+  /// may emit too; values from one thread keep their order.
   void emit(const T& value) {
     if (!home_.node()) throw usage_error("manta: emit on an emitter that belongs to no stream");
     detail::queue_item item{detail::retype<std::byte>(manta::put(value))};
+    std::lock_guard lock(mu_);  // numbers are handed to the store in order
     manta::get(home_.task(&detail::stream_store::push).remote(next_, std::move(item)));
     ++next_;
   }
@@ -95,6 +97,7 @@ class emitter {
   actor_handle<detail::stream_store> home_;
   bool in_task_ = false;  // the task's own, decoded from its arguments: ends the stream
   std::uint64_t next_ = 0;  // the number of the next emit, counted again from 0 by a retry
+  std::mutex mu_;           // one emit at a time
   int exceptions_at_start_ = std::uncaught_exceptions();
 };
 

@@ -115,9 +115,7 @@ class task_builder {
   /// Tasks that ran in the same process are retried without being charged.
   template <class Rep, class Period>
   task_builder& timeout(std::chrono::duration<Rep, Period> limit) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(limit).count();
-    if (ns <= 0) throw usage_error("manta: timeout must be positive");
-    options_.timeout_ns = static_cast<std::uint64_t>(ns);
+    options_.timeout_ns = detail::timeout_ns(limit);
     return *this;
   }
   /// The worker that ran `n` calls of this function is replaced after the last

@@ -36,9 +36,14 @@ std::vector<bool> done_now(const std::vector<counted_ref>& refs, std::size_t num
 }
 }  // namespace
 
+bool pool_state::on_result_thread() const {
+  std::lock_guard lock(mu_);
+  return results_.joinable() && results_.get_id() == std::this_thread::get_id();
+}
+
 pool_state::~pool_state() {
-  const bool on_result_thread = results_.joinable() && results_.get_id() == std::this_thread::get_id();
-  if (!on_result_thread) {
+  const bool from_callback = on_result_thread();
+  if (!from_callback) {
     try {
       wait_for_work();
     } catch (...) {
@@ -46,13 +51,13 @@ pool_state::~pool_state() {
     }
   }
   {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
+    std::lock_guard lock(loop_->mu);
+    loop_->stopping = true;
   }
-  changed_.notify_all();
+  loop_->changed.notify_all();
   if (results_.joinable()) {
-    if (on_result_thread)
-      results_.detach();  // the last copy went with a callback; the thread ends after it
+    if (from_callback)
+      results_.detach();  // a callback dropped the last copy: the thread ends after the jobs left
     else
       results_.join();
   }
@@ -88,11 +93,12 @@ void pool_state::prune_locked() {
 
 void pool_state::when_done(std::vector<counted_ref> refs, std::function<void()> finish) {
   {
-    std::lock_guard lock(mu_);
-    jobs_.push_back({std::move(refs), std::move(finish)});
-    if (!results_.joinable()) results_ = std::thread([this] { run_results(); });
+    std::lock_guard lock(loop_->mu);
+    loop_->jobs.push_back({std::move(refs), std::move(finish)});
   }
-  changed_.notify_all();
+  loop_->changed.notify_all();
+  std::lock_guard lock(mu_);
+  if (!results_.joinable()) results_ = std::thread([loop = loop_] { loop->run(); });
 }
 
 void pool_state::report_dropped(std::exception_ptr e) noexcept {
@@ -126,9 +132,8 @@ void pool_state::join() {
   {
     std::lock_guard lock(mu_);
     if (!closed_) throw usage_error("manta: pool::join before close or terminate");
-    if (results_.joinable() && results_.get_id() == std::this_thread::get_id())
-      throw usage_error("manta: pool::join from one of the pool's own callbacks");
   }
+  if (on_result_thread()) throw usage_error("manta: pool::join from one of the pool's own callbacks");
   wait_for_work();
 }
 
@@ -139,22 +144,23 @@ void pool_state::wait_for_work() {
     work = work_;
   }
   done_now(work, work.size(), no_deadline);
-  std::unique_lock lock(mu_);
-  changed_.wait(lock, [&] { return jobs_.empty(); });
+  {
+    std::unique_lock lock(loop_->mu);
+    loop_->changed.wait(lock, [&] { return loop_->jobs.empty(); });
+  }
+  std::lock_guard lock(mu_);
   prune_locked();
 }
 
-/// The result thread: runs each job's finish once all its refs are done, in the
-/// order they are found done.
-void pool_state::run_results() {
-  std::unique_lock lock(mu_);
+void result_loop::run() {
+  std::unique_lock lock(mu);
   for (;;) {
-    changed_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-    if (jobs_.empty()) return;
+    changed.wait(lock, [&] { return stopping || !jobs.empty(); });
+    if (jobs.empty()) return;
     // Only this thread removes jobs or touches their refs: the list may grow meanwhile.
     std::vector<job*> known;
     std::vector<counted_ref> refs;
-    for (job& j : jobs_) {
+    for (job& j : jobs) {
       known.push_back(&j);
       refs.insert(refs.end(), j.pending.begin(), j.pending.end());
     }
@@ -174,12 +180,22 @@ void pool_state::run_results() {
       try {
         j->finish();
       } catch (...) {
-        report_dropped(std::current_exception());
+        pool_state::report_dropped(std::current_exception());
       }
     }
+    std::list<job> gone;
     lock.lock();
-    for (job* j : finished) jobs_.remove_if([j](const job& x) { return &x == j; });
-    if (!finished.empty()) changed_.notify_all();
+    for (job* j : finished)
+      for (auto it = jobs.begin(); it != jobs.end(); ++it)
+        if (&*it == j) {
+          gone.splice(gone.end(), jobs, it);
+          break;
+        }
+    lock.unlock();
+    changed.notify_all();
+    // Their callbacks may hold the pool's last copies: destroyed without the lock.
+    gone.clear();
+    lock.lock();
   }
 }
 

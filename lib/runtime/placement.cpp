@@ -18,7 +18,8 @@ bool placement::may_wait_on_others(const task_spec& t) const {
   while (!todo.empty()) {
     const object_entry* e = todo.back();
     todo.pop_back();
-    if (e->status() == state_pending) return true;
+    // An actor handle: its calls may wait on other tasks (a queue's get on a put).
+    if (e->status() == state_pending || e->actor) return true;
     if (!seen.insert(e).second) continue;
     for (auto* c : e->contained) todo.push_back(static_cast<const object_entry*>(c));  // refs in refs
   }

@@ -59,7 +59,8 @@ class placement {
   /// can go either, so a scan of the ready queue may stop.
   bool blocks_later(const task_spec& t) const;
   /// `t` was given refs (borrowed, or inside its arguments) reaching an object
-  /// not sealed yet: it may wait on other tasks, so it never nests on a
+  /// not sealed yet, or an actor handle (a queue's, a stream's: its calls may
+  /// wait on other tasks): it may wait on other tasks, so it never nests on a
   /// blocked worker nor queues behind a running task.
   bool may_wait_on_others(const task_spec& t) const;
   /// Some argument of `t` lies in the arena (or the spill file): sent, it is

@@ -1,12 +1,16 @@
 // detail/task_request.hpp: a task as the header templates hand it to the runtime.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <manta/detail/core.hpp>
+#include <manta/errors.hpp>
 
 namespace manta::detail {
 
@@ -28,6 +32,17 @@ struct task_options {
   int max_task_retries = 0;
   int max_concurrency = 1;
 };
+
+/// A .timeout(d) in nanoseconds; 0 (no limit) for one past what nanoseconds
+/// hold (292 years: `duration::max()` means "never").
+/// @throws usage_error unless positive.
+template <class Rep, class Period>
+std::uint64_t timeout_ns(std::chrono::duration<Rep, Period> limit) {
+  const double ns = std::chrono::duration<double, std::nano>(limit).count();
+  if (!(ns > 0)) throw usage_error("manta: timeout must be positive");
+  if (ns >= static_cast<double>(std::numeric_limits<std::int64_t>::max())) return 0;
+  return std::max<std::uint64_t>(1, static_cast<std::uint64_t>(ns));
+}
 
 /// Bytes of arguments a request carries inline at most.
 inline constexpr std::size_t max_inline_args = 4 << 20;
