@@ -41,7 +41,7 @@ TEST_F(pool_async, a_lazy_input_is_read_a_bounded_window_ahead) {
                    ++read;
                    return i;
                  }) |
-                 std::views::take(100000);
+                 std::views::take(40000);  // squares fit an int
   static_assert(!std::ranges::sized_range<decltype(numbers)>);
   auto results = p.imap(square, numbers, 10);
   EXPECT_EQ(read.load(), 0) << "nothing is read before a result is asked for";
@@ -51,8 +51,8 @@ TEST_F(pool_async, a_lazy_input_is_read_a_bounded_window_ahead) {
   int k = 0;
   for (; it != results.end(); ++it, ++k)
     if (*it != k * k) break;
-  EXPECT_EQ(k, 100000);
-  EXPECT_EQ(read.load(), 100000);
+  EXPECT_EQ(k, 40000);
+  EXPECT_EQ(read.load(), 40000);
 }
 
 TEST_F(pool_async, map_starmap_and_imap_unordered_take_single_pass_inputs) {
