@@ -13,9 +13,11 @@
 
 #include "support.hpp"
 
-#if defined(__SANITIZE_THREAD__)
-// Under ThreadSanitizer everything runs ten times slower or more, and the
-// killer (every 2-8 ms) finds many more tasks to retry: a third of the work.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+// Under the sanitizers everything runs several times slower (ThreadSanitizer
+// ten times or more; AddressSanitizer's processes fault in their shadow memory
+// after every fork, slow on some VMs), and the killer (every 2-8 ms) finds many
+// more tasks to retry: a third of the work.
 constexpr int rounds = 1;
 constexpr long sum_tasks = 30000;
 #else
