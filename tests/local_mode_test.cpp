@@ -67,18 +67,29 @@ void count_to(manta::emitter<int>& out, int n) {
 void fill_queue(manta::queue<int> q, int n) {
   for (int i = 0; i < n; ++i) q.put(i);
 }
-MANTA_REMOTE(where, square, add, fail, sum_span, nested_sum, two, filled, flaky, slow, exclusive, count_setup,
+int shutdown_inside(int x);
+MANTA_REMOTE(shutdown_inside, where, square, add, fail, sum_span, nested_sum, two, filled, flaky, slow, exclusive, count_setup,
              count_to, fill_queue);
 
 struct Counter {
   int n = 0;
+  /// Kills itself (by name) and goes on using its own state: the instance must
+  /// outlive the call.
+  int kill_self() {
+    manta::kill(manta::get_actor<Counter>("self"));
+    return ++n;
+  }
   explicit Counter(int start) : n(start) {
     if (start < 0) throw std::domain_error("negative start");
   }
   int inc() { return ++n; }
   int pid() const { return static_cast<int>(::getpid()); }
 };
-MANTA_ACTOR(Counter, &Counter::inc, &Counter::pid);
+MANTA_ACTOR(Counter, &Counter::inc, &Counter::pid, &Counter::kill_self);
+int shutdown_inside(int x) {
+  manta::shutdown();  // in a task: stops nothing, as in a worker
+  return x;
+}
 
 class local_mode : public ::testing::Test {
  protected:
@@ -236,6 +247,26 @@ TEST_F(local_mode, objects_are_freed_with_their_last_ref) {
     EXPECT_EQ(manta::detail::object_count(), before + 2);
   }
   EXPECT_EQ(manta::detail::object_count(), before);
+}
+
+TEST_F(local_mode, awkward_calls_behave_as_in_processes) {
+  start();
+  // An actor killing itself from its own method: the call finishes, later ones fail.
+  auto self = manta::actor<Counter>().name("self").remote(1);
+  EXPECT_EQ(manta::get(self.task(&Counter::kill_self).remote()), 2);
+  EXPECT_THROW(manta::get(self.task(&Counter::inc).remote()), manta::actor_died_error);
+  // A named actor whose constructor threw gives its name back.
+  auto broken = manta::actor<Counter>().name("reused").remote(-1);
+  EXPECT_THROW(manta::get(broken.task(&Counter::inc).remote()), manta::actor_died_error);
+  EXPECT_THROW(manta::get_actor<Counter>("reused"), manta::usage_error);
+  auto fresh = manta::actor<Counter>().name("reused").remote(5);
+  EXPECT_EQ(manta::get(fresh.task(&Counter::inc).remote()), 6);
+  // shutdown inside a task stops nothing; the machine's CPUs are on offer.
+  EXPECT_EQ(manta::get(manta::task(shutdown_inside).remote(3)), 3);
+  EXPECT_TRUE(manta::is_initialized());
+  const double cpus = std::max(1u, std::thread::hardware_concurrency());
+  EXPECT_EQ(manta::cluster_resources().at("CPU"), cpus);
+  EXPECT_EQ(manta::get(manta::task(square).num_cpus(cpus).remote(4)), 16);
 }
 
 }  // namespace

@@ -119,6 +119,9 @@ void shutdown() {
     return;
   }
   if (local) {
+    // From inside a task (or exit() there): the task is the driver's own
+    // thread, so this is a call from a worker, which stops nothing.
+    if (runtime::local_runtime::in_task_here()) return;
     local->stop();
     process::exclusive_context_scope exclusive;
     process::set_current_context(nullptr);

@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <limits>
 #include <random>
+#include <thread>
 
 #include <manta/errors.hpp>
 #include <manta/registry.hpp>
@@ -39,11 +41,12 @@ struct local_runtime::actor {
   void* instance = nullptr;
   void (*destroy)(void*) = nullptr;
   std::optional<ipc::error_info> dead;  ///< why it is gone
+  int running = 0;  ///< its constructor or methods on this thread's stack (one kills it from inside)
 
+  /// Marks it gone; the instance goes now, or when the last call on it returns.
   void end(ipc::error_info why) {
-    if (dead) return;
-    dead = std::move(why);
-    if (instance) destroy(std::exchange(instance, nullptr));
+    if (!dead) dead = std::move(why);
+    if (instance && running == 0) destroy(std::exchange(instance, nullptr));
   }
 };
 
@@ -134,7 +137,11 @@ std::uint32_t random_epoch() {
 }  // namespace
 
 local_runtime::local_runtime(const options& opts)
-    : opts_(opts), epoch_(random_epoch()), ledger_(ledger_for(opts, opts.num_workers > 0 ? opts.num_workers : 1)) {
+    : opts_(opts),
+      epoch_(random_epoch()),
+      // The CPUs the process runtime would offer, so a request fits in both or neither.
+      ledger_(ledger_for(opts, opts.num_workers > 0 ? opts.num_workers
+                                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))) {
   if (opts_.worker_setup) {
     const detail::function_info& f = detail::function_for(opts_.worker_setup);
     try {
@@ -151,13 +158,17 @@ local_runtime::~local_runtime() = default;
 
 void local_runtime::stop() {
   std::vector<object*> named;
+  std::lock_guard run(run_mu_);  // tasks of other threads finish first
+  std::vector<std::weak_ptr<actor>> actors;
   {
-    std::lock_guard run(run_mu_);
-    for (auto& w : actors_)
-      if (auto a = w.lock()) a->end(actor_error(a->label, "was stopped by manta::shutdown"));
+    std::lock_guard lock(mu_);
+    stopped_ = true;
+    actors = actors_;
     for (auto& [name, handle] : names_) named.push_back(handle);
     names_.clear();
   }
+  for (auto& w : actors)
+    if (auto a = w.lock()) a->end(actor_error(a->label, "was stopped by manta::shutdown"));
   // Objects the program still holds are freed when it lets them go (after
   // shutdown, release_slow deletes a node whose runtime is gone).
   for (auto* h : named) detail::release(h);
@@ -250,7 +261,7 @@ void local_runtime::release(detail::ref_node* n) noexcept {
     std::lock_guard lock(mu_);
     objects_.erase(o->id);
   }
-  if (o->actor && !o->actor->dead) {
+  if (o->actor) {
     std::lock_guard run(run_mu_);
     o->actor->end(actor_error(o->actor->label, "has no handle left"));
   }
@@ -263,6 +274,7 @@ std::map<std::string, double> local_runtime::resources(bool available_only) {
 
 void local_runtime::submit(detail::task_request&& r, detail::ref_node** returns) {
   if (!r.function) throw usage_error("manta: submit without a function");
+  if (stopped_.load()) throw usage_error("manta: task(...).remote after shutdown began");
   if (r.actor) checked(r.actor);
   for (auto* d : r.deps)
     if (d->epoch != epoch_) throw usage_error("manta: a task argument is an object_ref from another runtime");
@@ -294,23 +306,40 @@ void local_runtime::submit(detail::task_request&& r, detail::ref_node** returns)
       }
       detail::acquire(outs[0]);  // a named actor lives until kill or shutdown
     }
+    if (actors_.size() >= prune_actors_at_) {  // forget the ones gone (streams and queues make many)
+      std::erase_if(actors_, [](const std::weak_ptr<actor>& w) { return w.expired(); });
+      prune_actors_at_ = std::max<std::size_t>(64, 2 * actors_.size());
+    }
     actors_.push_back(a);
   }
   run(r, outs);
   for (std::size_t i = 0; i < outs.size(); ++i) returns[i] = outs[i];
 }
 
+namespace {
+thread_local int tasks_on_this_thread = 0;
+}  // namespace
+
+bool local_runtime::in_task_here() noexcept { return tasks_on_this_thread > 0; }
+
 void local_runtime::run(detail::task_request& r, std::vector<object*>& outs) {
   std::lock_guard run_lock(run_mu_);
+  ++tasks_on_this_thread;
+  struct leave {
+    ~leave() { --tasks_on_this_thread; }
+  } on_return;
   const std::string name = r.options.name.empty() ? r.function->name : r.options.name;
   const bool is_task = r.mode != detail::call_mode::construct && r.mode != detail::call_mode::method;
-  int retries = is_task && r.options.retry_exceptions ? r.options.max_retries : 0;
+  int retries = !is_task || !r.options.retry_exceptions ? 0
+                : r.options.max_retries < 0                 ? std::numeric_limits<int>::max()  // forever
+                                                            : r.options.max_retries;
   ipc::failure_ptr failed = call(r, outs, name);
   while (failed && retries-- > 0 && failed->kind() == ipc::error_kind::task_exception) failed = call(r, outs, name);
   if (!failed) return;
   if (r.mode == detail::call_mode::construct) {
     const ipc::error_info e = failed->describe();
     outs[0]->actor->end(actor_error(outs[0]->actor->label, "could not be constructed: " + e.remote_type + ": " + e.message));
+    forget_name(outs[0]);
     return;  // the handle stays usable; its calls fail with actor_died_error
   }
   for (auto* o : outs) o->failed = failed;
@@ -342,6 +371,15 @@ ipc::failure_ptr local_runtime::call(detail::task_request& r, std::vector<object
                              : r.mode == detail::call_mode::starmap ? fn.starmap
                                                                     : fn.call;
     if (!invoke) throw usage_error("manta: '" + fn.name + "' cannot be called in this mode");
+    struct on_stack {  // a kill from inside the call leaves the instance until it returns
+      actor* a;
+      explicit on_stack(actor* x) : a(x) {
+        if (a) ++a->running;
+      }
+      ~on_stack() {
+        if (a && --a->running == 0 && a->dead) a->end(*a->dead);
+      }
+    } guard(target);
     invoke(fn, inv);
     for (auto& res : inv.results())
       if (!res.set) throw usage_error("manta: task did not produce all its returns");
@@ -390,11 +428,15 @@ void local_runtime::kill_actor(detail::ref_node* node) {
     std::lock_guard run(run_mu_);
     o->actor->end(actor_error(o->actor->label, "was killed by manta::kill"));
   }
+  forget_name(o);
+}
+
+void local_runtime::forget_name(object* handle) {
   object* named = nullptr;
   {
     std::lock_guard lock(mu_);
     for (auto it = names_.begin(); it != names_.end(); ++it)
-      if (it->second == o) {
+      if (it->second == handle) {
         named = it->second;
         names_.erase(it);
         break;

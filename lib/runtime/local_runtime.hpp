@@ -5,6 +5,7 @@
 // resource checks and named actors behave as in the process runtime.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,8 @@ class local_runtime final : public process::process_context {
   bool is_worker() const noexcept override { return false; }
 
   std::size_t object_count();
+  /// This thread is running a task (shutdown there, or exit, would wait for it).
+  static bool in_task_here() noexcept;
 
   struct actor;
   struct object;
@@ -59,6 +62,8 @@ class local_runtime final : public process::process_context {
   void hold_contained(object& o, const std::vector<object_id>& ids);
   void run(detail::task_request& r, std::vector<object*>& returns);
   ipc::failure_ptr call(detail::task_request& r, std::vector<object*>& returns, const std::string& name);
+  /// A named actor's name goes (killed, or its constructor failed).
+  void forget_name(object* handle);
 
   options opts_;
   std::uint32_t epoch_;
@@ -69,7 +74,9 @@ class local_runtime final : public process::process_context {
   std::unordered_map<object_id, object*> objects_;
   std::unordered_map<std::string, object*> names_;  ///< named actors' handles (counted)
   std::vector<std::weak_ptr<actor>> actors_;
+  std::size_t prune_actors_at_ = 64;
   std::uint64_t next_id_ = 1;
+  std::atomic<bool> stopped_{false};  ///< shutdown began: nothing more runs
   /// Tasks run one at a time; a task's own submissions run inside it.
   std::recursive_mutex run_mu_;
 };

@@ -112,8 +112,12 @@ void memory_monitor::run() {
   std::unique_lock lock(mu_);
   while (!stop_cv_.wait_for(lock, period_, [&] { return stop_; })) {
     lock.unlock();
-    const memory_usage m = read_memory_usage();
-    if (m.fraction() > threshold_) over_(m);
+    try {
+      const memory_usage m = read_memory_usage();
+      if (m.fraction() > threshold_) over_(m);
+    } catch (...) {
+      // Short of memory itself (bad_alloc), or the runtime stopping: look again next period.
+    }
     lock.lock();
   }
 }

@@ -372,16 +372,18 @@ void scheduler::expire_timeouts(std::chrono::steady_clock::time_point now) {
 bool scheduler::kill_for_memory(const memory_usage& m, double threshold) {
   if (!cfg_.control || lost_ || stopping_) return false;
   for (int i = 0; i < slots_in_use(); ++i)
-    if (link(i).killed_for_memory && link(i).st != worker_link::state::dead) return false;
+    if (link(i).killed_for_memory && link(i).st == worker_link::state::alive) return false;  // not dead yet
   worker_link* victim = nullptr;
   task_spec* newest = nullptr;
   bool newest_retriable = false;
   for (int i = 0; i < slots_in_use(); ++i) {
     worker_link& w = link(i);
     if (w.st != worker_link::state::alive || w.actor) continue;  // actors keep state: not restarted for this
+    if (w.killed_to_cancel || !w.kill_reason.empty()) continue;  // dying already
     const process::process_slot& slot = cfg_.control->slots[w.slot];
-    if (slot.depth.load() == 0) continue;
-    task_spec* t = graph_.find(slot.running[0].load());
+    const std::uint32_t depth = std::min<std::uint32_t>(slot.depth.load(), process::max_depth);
+    if (depth == 0) continue;
+    task_spec* t = graph_.find(slot.running[depth - 1].load());  // the innermost: the newest there
     if (!t || t->worker != w.slot || t->cancelled) continue;
     const bool retriable = t->options.max_retries < 0 || t->attempts < t->options.max_retries;
     if (!newest || (retriable && !newest_retriable) ||
