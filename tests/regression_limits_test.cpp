@@ -60,9 +60,10 @@ constexpr bool sanitizers_need_descriptors = true;
 #else
 constexpr bool sanitizers_need_descriptors = false;
 #endif
-#if defined(__SANITIZE_THREAD__)
-// ThreadSanitizer runs this code ten times slower or more: long tests do a
-// tenth of their work there (still far past every limit they test).
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+// The sanitizers run this code several times slower (ThreadSanitizer ten times
+// or more): long tests do a tenth of their work there (still far past every
+// limit they test; what they measure of memory is measured without them).
 constexpr int scale_down = 10;
 #else
 constexpr int scale_down = 1;
@@ -470,7 +471,7 @@ TEST(regression_process, output_without_newlines_is_not_accumulated) {
         const long before = manta::testing::resident_bytes();
         std::string err;
         try {
-          // Under ThreadSanitizer a tenth: the growth is only measured without sanitizers.
+          // Under the sanitizers a tenth: the growth is only measured without them.
           const int mib = 200 / scale_down;
           if (manta::get(manta::task(print_without_newline).remote(mib), 30s) != mib)
             err = "the write failed";
