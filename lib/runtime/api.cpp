@@ -109,6 +109,10 @@ void init(const options& opts) {
 
 void shutdown() {
   if (in_worker()) return;  // a worker's runtime ends with its process
+  // Inside a local_mode task (or exit() there): the task is the driver's own
+  // thread, so this is a call from a worker, which stops nothing. Checked before
+  // the lifecycle lock: the task holds the local runtime's lock, which stop takes.
+  if (runtime::local_runtime::in_task_here()) return;
   lifecycle_lock lock;
   if (!node && !local) return;
   if (::getpid() != owner) {  // forked without the fork handlers (a raw clone): not ours to stop
@@ -119,9 +123,6 @@ void shutdown() {
     return;
   }
   if (local) {
-    // From inside a task (or exit() there): the task is the driver's own
-    // thread, so this is a call from a worker, which stops nothing.
-    if (runtime::local_runtime::in_task_here()) return;
     local->stop();
     process::exclusive_context_scope exclusive;
     process::set_current_context(nullptr);
