@@ -158,19 +158,23 @@ local_runtime::~local_runtime() = default;
 
 void local_runtime::stop() {
   std::vector<object*> named;
-  std::lock_guard run(run_mu_);  // tasks of other threads finish first
-  std::vector<std::weak_ptr<actor>> actors;
   {
-    std::lock_guard lock(mu_);
-    stopped_ = true;
-    actors = actors_;
-    for (auto& [name, handle] : names_) named.push_back(handle);
-    names_.clear();
+    std::lock_guard run(run_mu_);  // tasks of other threads finish first
+    std::vector<std::weak_ptr<actor>> actors;
+    {
+      std::lock_guard lock(mu_);
+      stopped_ = true;
+      actors = actors_;
+      for (auto& [name, handle] : names_) named.push_back(handle);
+      names_.clear();
+    }
+    for (auto& w : actors)
+      if (auto a = w.lock()) a->end(actor_error(a->label, "was stopped by manta::shutdown"));
   }
-  for (auto& w : actors)
-    if (auto a = w.lock()) a->end(actor_error(a->label, "was stopped by manta::shutdown"));
-  // Objects the program still holds are freed when it lets them go (after
-  // shutdown, release_slow deletes a node whose runtime is gone).
+  // Released without the run lock (a release takes the context lock, which a
+  // submitting thread holds while it waits for the run lock). Objects the
+  // program still holds are freed when it lets them go (after shutdown,
+  // release_slow deletes a node whose runtime is gone).
   for (auto* h : named) detail::release(h);
 }
 
