@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -47,6 +48,13 @@ context_use::context_use() : counted_(!exclusive_here) {
 
 context_use::~context_use() {
   if (counted_ && --shared_depth == 0) context_mu.unlock_shared();
+}
+
+std::uint32_t new_epoch() {
+  std::random_device rd;
+  std::uint32_t e = 0;
+  while (e == 0) e = rd();
+  return e;
 }
 
 process_context* current_context() noexcept { return current.load(std::memory_order_acquire); }

@@ -43,6 +43,9 @@ class process_context {
   virtual bool is_worker() const noexcept = 0;
 };
 
+/// A fresh runtime epoch: random and never 0 (0 means "no runtime").
+std::uint32_t new_epoch();
+
 /// The context of this process, or nullptr. Thread-safe.
 process_context* current_context() noexcept;
 void set_current_context(process_context* c) noexcept;

@@ -127,18 +127,11 @@ class local_invocation final : public detail::invocation {
   local_runtime::actor* actor_;
 };
 
-std::uint32_t random_epoch() {
-  std::random_device rd;
-  std::uint32_t e = 0;
-  while (e == 0) e = rd();
-  return e;
-}
-
 }  // namespace
 
 local_runtime::local_runtime(const options& opts)
     : opts_(opts),
-      epoch_(random_epoch()),
+      epoch_(process::new_epoch()),
       // The CPUs the process runtime would offer, so a request fits in both or neither.
       ledger_(ledger_for(opts, opts.num_workers > 0 ? opts.num_workers
                                                     : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())))) {

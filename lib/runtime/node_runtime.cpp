@@ -28,12 +28,6 @@
 
 namespace manta::runtime {
 namespace {
-std::uint32_t random_epoch() {
-  std::random_device rd;
-  std::uint32_t e = 0;
-  while (e == 0) e = rd();
-  return e;
-}
 
 /// A daemon may run with stdin, stdout or stderr closed: the runtime's own pipes
 /// would then take those numbers, and worker output would be written into them.
@@ -77,7 +71,7 @@ node_runtime::call_guard::call_guard(node_runtime& r, bool needs_node) : r_(r) {
   }
 }
 
-node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(random_epoch()) {
+node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(process::new_epoch()) {
   int n = opts.num_workers > 0 ? opts.num_workers
                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (n >= process::max_slots)
