@@ -26,8 +26,22 @@ inline void moving_average_rows(const double* m, int first, int rows, double* ou
   }
 }
 
-inline std::vector<double> random_matrix() {
-  std::vector<double> m(static_cast<std::size_t>(n) * n);
+/// The same kernel over a matrix of any shape and window.
+inline void window_average_rows(const double* m, int cols, int win, int first, int rows, double* out) {
+  for (int r = 0; r < rows; ++r) {
+    const double* row = m + static_cast<std::size_t>(first + r) * cols;
+    double* o = out + static_cast<std::size_t>(r) * cols;
+    for (int j = 0; j < cols; ++j) {
+      int lo = std::max(0, j - win);
+      double s = 0;
+      for (int k = lo; k <= j; ++k) s += row[k];
+      o[j] = s / (j - lo + 1);
+    }
+  }
+}
+
+inline std::vector<double> random_matrix(std::size_t values = static_cast<std::size_t>(n) * n) {
+  std::vector<double> m(values);
   std::mt19937_64 rng(0);
   std::normal_distribution<double> normal;
   for (double& x : m) x = normal(rng);
