@@ -13,7 +13,9 @@
 // shows here), the lag before the first block starts and after the last one
 // ends, and the CPU time the driver and the other processes used.
 //
-//   manta_differential [workers=2] [rounds=11] [rows=4000] [cols=1000] [window=100]
+//   manta_differential [workers=2] [rounds=11] [rows=4000] [cols=1000] [window=100] [only=name]
+//
+// `only` keeps the threads and one other variant (to profile it alone).
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -28,6 +30,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,19 +48,27 @@ double now_ns() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(clock_type::now().time_since_epoch()).count());
 }
 
-/// One block's output followed by its start and end (steady-clock ns, exact below 2^53).
+constexpr int trailer = 4;  // entry, start, end, pid
+
+/// One block's output followed by its start and end (steady-clock ns, exact
+/// below 2^53) and the pid of the process that ran it.
 manta::buffer<double> block_task(std::span<const double> m, int cols, int win, int first, int rows) {
-  auto out = manta::make_buffer<double>(static_cast<std::size_t>(rows) * cols + 2);
+  const double entry = now_ns();
+  auto out = manta::make_buffer<double>(static_cast<std::size_t>(rows) * cols + trailer);
   double t0 = now_ns();
   manta_bench::window_average_rows(m.data(), cols, win, first, rows, out.data());
-  out[out.size() - 2] = t0;
-  out[out.size() - 1] = now_ns();
+  out[out.size() - 4] = entry;
+  out[out.size() - 3] = t0;
+  out[out.size() - 2] = now_ns();
+  out[out.size() - 1] = ::getpid();
   return out;
 }
 MANTA_REMOTE(block_task);
 
 struct span_ns {
   double start, end;
+  double pid = 0;  ///< where it ran, when known
+  double entry = 0;  ///< when the function was entered (before its output was allocated)
 };
 
 /// CPU seconds (user + system) used so far by this process.
@@ -185,7 +196,7 @@ class forked_pool {
 };
 
 struct sample {
-  double wall_ms, kernel_ms, start_lag_us, end_lag_us, driver_cpu_ms, others_cpu_ms;
+  double wall_ms, kernel_ms, start_lag_us, end_lag_us, gap_us, driver_cpu_ms, others_cpu_ms;
 };
 
 double median(std::vector<double> v) {
@@ -202,6 +213,7 @@ int main(int argc, char** argv) {
   const int cols = argc > 4 ? std::atoi(argv[4]) : 1000;
   const int win = argc > 5 ? std::atoi(argv[5]) : 100;
   const int many = std::min(100, rows);
+  const std::string only = argc > 6 ? argv[6] : "";
 
   const auto matrix = manta_bench::random_matrix(static_cast<std::size_t>(rows) * cols);
   std::vector<double> expect(matrix.size()), threads_out(matrix.size());
@@ -232,13 +244,13 @@ int main(int argc, char** argv) {
     }
     for (auto& p : parts) views.push_back(manta::get_view(p));
     std::vector<span_ns> spans;
-    for (auto& v : views) spans.push_back({v[v.size() - 2], v[v.size() - 1]});
+    for (auto& v : views) spans.push_back({v[v.size() - 3], v[v.size() - 2], v[v.size() - 1], v[v.size() - 4]});
     return spans;
   };
   auto manta_check = [&] {
     std::size_t at = 0;
     for (auto& v : views)
-      for (std::size_t i = 0; i + 2 < v.size(); ++i)
+      for (std::size_t i = 0; i + trailer < v.size(); ++i)
         if (v[i] != expect[at++]) return false;
     return at == expect.size();
   };
@@ -266,6 +278,9 @@ int main(int argc, char** argv) {
   variants.push_back({"manta/" + std::to_string(workers), [&] { return manta_run(workers); }, manta_check});
   variants.push_back({"manta/" + std::to_string(many), [&] { return manta_run(many); }, manta_check});
 
+  if (!only.empty())
+    std::erase_if(variants, [&](const variant& v) { return v.name != "threads" && v.name != only; });
+
   std::vector<double> seq_ms;
   auto sequential = [&] {
     auto t0 = clock_type::now();
@@ -291,11 +306,13 @@ int main(int argc, char** argv) {
     for (std::size_t k = 0; k < variants.size(); ++k) {
       std::size_t i = (k + static_cast<std::size_t>(r)) % variants.size();
       auto& v = variants[i];
-      double cpu0 = self_cpu_s(), others0 = descendants_cpu_s();
-      double t0 = now_ns();
+      const double others0 = descendants_cpu_s();  // reading /proc costs the driver milliseconds
+      const double cpu0 = self_cpu_s();
+      const double t0 = now_ns();
       auto spans = v.run();
-      double t1 = now_ns();
-      double cpu1 = self_cpu_s(), others1 = descendants_cpu_s();
+      const double t1 = now_ns();
+      const double cpu1 = self_cpu_s();
+      const double others1 = descendants_cpu_s();
       sample s{};
       s.wall_ms = (t1 - t0) / 1e6;
       double first = spans[0].start, last = spans[0].end;
@@ -305,6 +322,46 @@ int main(int argc, char** argv) {
         last = std::max(last, sp.end);
       }
       s.start_lag_us = (first - t0) / 1e3;
+      // The median idle time of a process between two blocks it ran.
+      std::map<double, std::vector<span_ns>> by_pid;
+      for (auto& sp : spans)
+        if (sp.pid != 0) by_pid[sp.pid].push_back(sp);
+      std::vector<double> gaps;
+      for (auto& [pid, list] : by_pid) {
+        std::sort(list.begin(), list.end(), [](auto& a, auto& b) { return a.start < b.start; });
+        for (std::size_t j = 1; j < list.size(); ++j) {
+          gaps.push_back((list[j].start - list[j - 1].end) / 1e3);
+          if (std::getenv("DIFF_GAPS") && gaps.back() > 500)
+            std::fprintf(stderr, "  gap %.0f µs on %.0f at %.2f ms (its %zu-th block)\n", gaps.back(), pid,
+                         (list[j - 1].end - t0) / 1e6, j);
+        }
+      }
+      s.gap_us = median(gaps);
+      if (std::getenv("DIFF_GAPS") && !gaps.empty()) {
+        std::sort(gaps.begin(), gaps.end());
+        std::fprintf(stderr, "%s gaps: n=%zu p50 %.0f p90 %.0f p99 %.0f max %.0f sum %.0f µs; per pid:", v.name.c_str(),
+                     gaps.size(), gaps[gaps.size() / 2], gaps[gaps.size() * 9 / 10], gaps[gaps.size() * 99 / 100],
+                     gaps.back(), std::accumulate(gaps.begin(), gaps.end(), 0.0));
+        for (auto& [pid, list] : by_pid) {
+          double k = 0;
+          for (auto& sp : list) k += (sp.end - sp.start) / 1e6;
+          std::fprintf(stderr, " %zu (kernel %.1f ms, %.0f..%.0f ms)", list.size(), k, (list.front().entry - t0) / 1e6,
+                       (list.back().end - t0) / 1e6);
+        }
+        std::vector<double> allocs, entries;
+        for (auto& [pid, list] : by_pid)
+          for (std::size_t j = 0; j < list.size(); ++j) {
+            allocs.push_back((list[j].start - list[j].entry) / 1e3);
+            if (j) entries.push_back((list[j].entry - list[j - 1].end) / 1e3);
+          }
+        std::sort(allocs.begin(), allocs.end());
+        std::sort(entries.begin(), entries.end());
+        std::fprintf(stderr, "; make_buffer p50 %.0f p90 %.0f max %.0f sum %.0f; end to next entry p50 %.0f p90 %.0f max %.0f sum %.0f",
+                     allocs[allocs.size() / 2], allocs[allocs.size() * 9 / 10], allocs.back(),
+                     std::accumulate(allocs.begin(), allocs.end(), 0.0), entries[entries.size() / 2],
+                     entries[entries.size() * 9 / 10], entries.back(), std::accumulate(entries.begin(), entries.end(), 0.0));
+        std::fprintf(stderr, "\n");
+      }
       s.end_lag_us = (t1 - last) / 1e3;
       s.driver_cpu_ms = (cpu1 - cpu0) * 1e3;
       s.others_cpu_ms = (others1 - others0) * 1e3;
@@ -321,8 +378,9 @@ int main(int argc, char** argv) {
               cols, win, workers, rounds);
   std::printf("sequential: %.2f ms\n\n", median(seq_ms));
   std::printf("| variant | wall ms | speed-up | threads' wall / this | kernel time / sequential | "
-              "first start lag µs | last end lag µs | driver CPU ms | other processes' CPU ms |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+              "first start lag µs | last end lag µs | gap between blocks µs | driver CPU ms | "
+              "other processes' CPU ms |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (std::size_t i = 0; i < variants.size(); ++i) {
     auto& v = variants[i];
     auto col = [&](double sample::*m) {
@@ -332,9 +390,9 @@ int main(int argc, char** argv) {
     };
     std::vector<double> slowdown;
     for (std::size_t r = 0; r < v.samples.size(); ++r) slowdown.push_back(v.samples[r].kernel_ms / seq_ms[r]);
-    std::printf("| %s | %.2f | %.2fx | %.3f | %.3f | %.0f | %.0f | %.1f | %.1f |\n", v.name.c_str(),
+    std::printf("| %s | %.2f | %.2fx | %.3f | %.3f | %.0f | %.0f | %.0f | %.1f | %.1f |\n", v.name.c_str(),
                 col(&sample::wall_ms), median(speedup[i]), median(ratio_to_threads[i]), median(slowdown),
-                col(&sample::start_lag_us), col(&sample::end_lag_us), col(&sample::driver_cpu_ms),
+                col(&sample::start_lag_us), col(&sample::end_lag_us), col(&sample::gap_us), col(&sample::driver_cpu_ms),
                 col(&sample::others_cpu_ms));
   }
   std::printf("\nresults %s\n", ok ? "match" : "DIFFER");

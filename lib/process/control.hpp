@@ -15,6 +15,8 @@ struct alignas(64) process_slot {
   std::atomic<std::uint32_t> inbox_seq{0};   ///< bumped by the driver after each write to it
   std::atomic<std::uint32_t> outbox_seq{0};  ///< bumped by the process after each write to the driver
   std::atomic<std::uint32_t> depth{0};      ///< tasks executing (nested ones included)
+  std::atomic<std::uint32_t> spinning{0};   ///< the process spins waiting for its inbox
+  std::atomic<std::uint32_t> assigned{0};   ///< the driver sent it work that does not wait (set by the driver)
   std::atomic<std::uint64_t> running[max_depth]{};  ///< their keys, outermost first
 };
 
@@ -23,7 +25,32 @@ struct control_block {
   /// Bit 0: the driver's I/O thread sleeps and nobody else reads the pipes, so
   /// a process that writes must ring the doorbell pipe. Upper bits: a generation.
   alignas(64) std::atomic<std::uint32_t> driver_idle{0};
+  /// What core_free counts: slots [0, slots_in_use) (set by the driver), the
+  /// driver's threads spinning now, and the CPUs this process may run on.
+  alignas(64) std::atomic<std::uint32_t> slots_in_use{0};
+  std::atomic<std::uint32_t> driver_spinners{0};
+  std::uint32_t cpus = 1;
   process_slot slots[max_slots];
+};
+
+/// Whether a waiter may spin without taking a core from a process that computes:
+/// the processes running tasks and the waiters spinning already take fewer cores
+/// than there are. `self` (a slot, or -1 for the driver) is not counted; a
+/// process counts the driver as taking a core.
+bool core_free(const control_block& c, int self) noexcept;
+
+/// Counts the caller among the spinners while it lives.
+class spinning_mark {
+ public:
+  explicit spinning_mark(std::atomic<std::uint32_t>& counter) noexcept : counter_(counter) {
+    counter_.fetch_add(1, std::memory_order_relaxed);
+  }
+  ~spinning_mark() { counter_.fetch_sub(1, std::memory_order_relaxed); }
+  spinning_mark(const spinning_mark&) = delete;
+  spinning_mark& operator=(const spinning_mark&) = delete;
+
+ private:
+  std::atomic<std::uint32_t>& counter_;
 };
 
 /// Maps a zeroed, shared, anonymous control block. @throws std::system_error

@@ -23,6 +23,8 @@ thread_local std::vector<task_invocation*> tl_running;
 // these they go to the arena, so a task_done frame stays small whatever it holds.
 constexpr std::size_t max_inline_result_bytes = 4 << 20;
 constexpr std::size_t max_inline_result_ids = 1 << 16;
+/// Results of tasks that ran longer than this go to the driver at once (not batched).
+constexpr std::uint64_t flush_after_ns = 50000;
 }  // namespace
 
 std::uint64_t current_task_key() noexcept { return tl_keys.empty() ? 0 : tl_keys.back(); }
@@ -127,7 +129,9 @@ void complete(worker_context& ctx, task_invocation& inv, ipc::task_done& done, c
     give_back_results(ctx, inv);
   }
   try {
-    ctx.send_done(done, false);
+    // A result held back for batching waits for the next task to end: worth it
+    // only when tasks are short. The driver sends the next work when it hears.
+    ctx.send_done(done, done.ns > flush_after_ns);
   } catch (const ipc::frame_too_large& e) {
     if (done.ok) give_back_results(ctx, inv);
     ipc::task_done failed;

@@ -274,7 +274,14 @@ void worker_context::read_once(lock_t& lock, detail::deadline until) {
   lock.unlock();
   auto st = in_.read_some();
   if (st == ipc::inbox::status::empty) {
-    if (!spin_.wait_for_change(slot_.inbox_seq, seen)) {
+    // Spin only while a core is free: on a full machine it would take one from
+    // a process that computes (this one's driver, or another worker).
+    bool caught = false;
+    if (process::core_free(*cfg_.control, cfg_.slot)) {
+      process::spinning_mark mark(slot_.spinning);
+      caught = spin_.wait_for_change(slot_.inbox_seq, seen);
+    }
+    if (!caught) {
       int ms = -1;
       if (until != detail::no_deadline) {
         auto left = until - detail::clock::now();

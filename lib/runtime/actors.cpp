@@ -64,7 +64,10 @@ int scheduler::free_host_slot() {
   for (std::size_t i = cfg_.pool_size; i < cfg_.max_slots; ++i) {
     worker_link& w = *links_[i];
     if (w.st != worker_link::state::dead || w.actor) continue;
-    if (static_cast<int>(i) >= slots_in_use()) slots_in_use_.store(static_cast<int>(i) + 1, std::memory_order_release);
+    if (static_cast<int>(i) >= slots_in_use()) {
+      slots_in_use_.store(static_cast<int>(i) + 1, std::memory_order_release);
+      if (cfg_.control) cfg_.control->slots_in_use.store(static_cast<std::uint32_t>(i) + 1);
+    }
     return static_cast<int>(i);
   }
   return -1;

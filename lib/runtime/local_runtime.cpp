@@ -10,7 +10,6 @@
 #include <cstring>
 #include <optional>
 #include <limits>
-#include <random>
 #include <thread>
 
 #include <manta/errors.hpp>

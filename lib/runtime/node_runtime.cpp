@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <random>
+#include <optional>
 
 #include <manta/errors.hpp>
 
@@ -301,8 +301,13 @@ bool node_runtime::wait_until(Done done, std::span<object_entry* const> watch, d
   if (done()) return true;
   // Spin first, polling the processes ourselves when nobody else does: the
   // result is usually microseconds away, and waking a sleeping thread costs ~30 µs.
+  // Only while a core is free: on a full machine the spin would take it from a
+  // worker computing what this thread waits for.
   auto now = std::chrono::steady_clock::now();
   auto spin_end = std::min(until, now + std::chrono::nanoseconds(ipc::spin_budget_ns()));
+  if (!process::core_free(*control_, -1)) spin_end = now;
+  std::optional<process::spinning_mark> mark;
+  if (now < spin_end) mark.emplace(control_->driver_spinners);
   while (now < spin_end) {
     if (poll_mu_.try_lock()) {
       std::uint32_t idle_word;
@@ -326,6 +331,7 @@ bool node_runtime::wait_until(Done done, std::span<object_entry* const> watch, d
     if (stopping_.load(std::memory_order_acquire)) throw usage_error("manta: the runtime was shut down");
     now = std::chrono::steady_clock::now();
   }
+  mark.reset();
   auto& word = dir_->seal_word();
   for (;;) {
     std::uint32_t seq = word.load(std::memory_order_acquire);

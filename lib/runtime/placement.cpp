@@ -32,6 +32,12 @@ bool placement::has_stored_inputs(const task_spec& t) {
   return false;
 }
 
+bool placement::stored_inputs_pinned(const task_spec& t) {
+  for (const object_entry* e : t.deps)
+    if (e->large && e->pins.load(std::memory_order_relaxed) <= 0) return false;
+  return true;
+}
+
 bool placement::lending(const worker_state& w) const {
   if (!w.usable || w.blocked != static_cast<int>(w.in_flight.size())) return false;
   // A task nested now would sit on top of the innermost waiting one: if that one
@@ -61,10 +67,11 @@ worker_state* placement::pick(const task_spec& t) {
     // A task with a timeout never nests: killing it would kill the stack below it.
     if (lender && !t.options.timeout_ns && !may_wait_on_others(t)) return lender;
   }
-  // Queue short default tasks behind a busy worker's default tasks (not those
-  // reading stored objects: queued, they would keep them from being spilled).
-  // Nor tasks with a timeout: queued, their time would run while they wait.
-  if (!t.is_default() || has_stored_inputs(t) || t.options.timeout_ns) return nullptr;
+  // Queue short default tasks behind a busy worker's default tasks, so frames
+  // batch. Not tasks with a timeout: queued, their time would run while they
+  // wait. Nor tasks reading stored objects nothing pins yet: queued, they would
+  // keep them from being spilled (a matrix that running tasks read is pinned anyway).
+  if (!t.is_default() || t.options.timeout_ns || !stored_inputs_pinned(t)) return nullptr;
   const double expected = estimate(t);
   if (!std::isfinite(expected) || may_wait_on_others(t)) return nullptr;
   worker_state* best = nullptr;
@@ -150,6 +157,7 @@ void placement::sent(worker_state& w, task_spec& t) {
   graph_.enter(&t, w.in_flight);
   take_cpu(w, t);
   if (t.actor) return;  // an actor's calls queue on it whatever they take
+  publish(w);
   // Nothing queues behind a task that may be killed for its timeout.
   t.expected_ns = t.options.timeout_ns ? std::numeric_limits<double>::infinity() : estimate(t);
   if (std::isfinite(t.expected_ns))
@@ -179,6 +187,7 @@ void placement::finished(worker_state& w, task_spec& t) {
     t.gpus.clear();
     t.charged = false;
   }
+  publish(w);
 }
 
 void placement::blocked(worker_state& w, task_spec& t, worker_state::wait_state awaited) {
@@ -192,6 +201,7 @@ void placement::blocked(worker_state& w, task_spec& t, worker_state::wait_state 
     ledger_.give_cpu(1);
   }
   w.awaiting.push_back(std::move(awaited));
+  publish(w);
 }
 
 void placement::unblocked(worker_state& w, task_spec& t) {
@@ -205,6 +215,7 @@ void placement::unblocked(worker_state& w, task_spec& t) {
     ledger_.take_cpu(1);
   }
   if (!w.awaiting.empty()) w.awaiting.pop_back();
+  publish(w);
 }
 
 void placement::lost(worker_state& w) {
@@ -214,6 +225,7 @@ void placement::lost(worker_state& w) {
   if (w.holds_cpu) ledger_.give_cpu(1);
   w.holds_cpu = false;
   w.usable = false;
+  publish(w);
 }
 
 void placement::record(const task_spec& t, std::uint64_t ns, std::uint64_t result_bytes) {

@@ -6,6 +6,7 @@
 // reported: no I/O, no clock; unit tests drive it directly.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -37,6 +38,9 @@ struct worker_state {
   double expected_ns = 0;
   int unbounded = 0;
   bool holds_cpu = false;  ///< the CPU its default tasks share is taken
+  /// Where to publish whether it has work that does not wait (for waiters
+  /// deciding whether to spin), or null.
+  std::atomic<std::uint32_t>* assigned = nullptr;
 };
 
 class placement {
@@ -66,6 +70,9 @@ class placement {
   /// Some argument of `t` lies in the arena (or the spill file): sent, it is
   /// pinned there until `t` ends, so `t` is sent only when it can run soon.
   static bool has_stored_inputs(const task_spec& t);
+  /// Every argument of `t` in the arena is pinned already (by tasks that read
+  /// it, or the caller): queuing `t` keeps nothing more from being spilled.
+  static bool stored_inputs_pinned(const task_spec& t);
 
   /// `t` is sent to `w`: it holds its CPU (and resources) now.
   void sent(worker_state& w, task_spec& t);
@@ -113,6 +120,9 @@ class placement {
   /// unknown or when it blocks.
   double estimate(const task_spec& t) const;
   void take_cpu(worker_state& w, task_spec& t);
+  static void publish(worker_state& w) noexcept {
+    if (w.assigned) w.assigned->store(w.active_default + w.nondefault > 0, std::memory_order_relaxed);
+  }
 
   resource_ledger& ledger_;
   directory& dir_;

@@ -30,7 +30,10 @@ void scheduler::request_spawn(int slot) {
   worker_link& w = link(slot);
   w.st = worker_link::state::starting;
   ++w.generation;
-  if (cfg_.control) cfg_.control->slots[slot].depth.store(0, std::memory_order_relaxed);
+  if (cfg_.control) {
+    cfg_.control->slots[slot].depth.store(0, std::memory_order_relaxed);
+    cfg_.control->slots[slot].spinning.store(0, std::memory_order_relaxed);
+  }
   host_.spawn(slot, ++next_process_number_);
 }
 
@@ -137,6 +140,10 @@ void scheduler::exited(worker_link& w, int status) {
   if (!stopping_ && !w.retiring) processes_lost_.fetch_add(1, std::memory_order_relaxed);
   if (w.actor) actor_host_died(w, cause);
   else pool_worker_died(w, status);
+  if (cfg_.control) {  // a dead process computes and spins no more (core_free)
+    cfg_.control->slots[w.slot].depth.store(0, std::memory_order_relaxed);
+    cfg_.control->slots[w.slot].spinning.store(0, std::memory_order_relaxed);
+  }
 }
 
 void scheduler::pool_worker_died(worker_link& w, int status) {

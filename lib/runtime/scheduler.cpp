@@ -25,11 +25,13 @@ scheduler::scheduler(config c, directory& dir, object_store& store, resource_led
   for (std::size_t i = 0; i < cfg_.max_slots; ++i) {
     auto w = std::make_unique<worker_link>();
     w->slot = w->place.slot = static_cast<int>(i);
+    if (cfg_.control) w->place.assigned = &cfg_.control->slots[i].assigned;
     if (i < cfg_.pool_size) pool.push_back(&w->place);
     links_.push_back(std::move(w));
   }
   place_.set_workers(std::move(pool));
   slots_in_use_.store(static_cast<int>(cfg_.pool_size));
+  if (cfg_.control) cfg_.control->slots_in_use.store(static_cast<std::uint32_t>(cfg_.pool_size));
 }
 
 scheduler::~scheduler() { clear(); }
