@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "process/control.hpp"
 #include "runtime/placement.hpp"
 
 namespace {
@@ -135,6 +136,52 @@ TEST_F(placement_fixture, short_tasks_never_queue_behind_long_or_unknown_ones) {
   place.finished(workers[1], *fast);
   EXPECT_EQ(workers[0].unbounded + workers[1].unbounded, 0);
   EXPECT_EQ(workers[0].expected_ns + workers[1].expected_ns, 0);
+}
+
+// Waiters in every process spin only while a core is free of processes that
+// compute: a worker counts as computing from when it is sent a task expected to
+// run longer than a spin (or for an unknown time), not while it runs only short ones.
+TEST_F(placement_fixture, waiters_learn_which_workers_compute_and_spin_only_beside_a_free_core) {
+  process::control_block control;
+  control.cpus = 2;
+  control.slots_in_use = 2;
+  for (int i = 0; i < 2; ++i) workers[i].assigned = &control.slots[i].assigned;
+  auto work = [&](int i) { return control.slots[i].assigned.load(); };
+
+  task_spec* unknown = task();
+  send(workers[0], unknown);
+  EXPECT_EQ(work(0), process::work_long);  // never seen finish: could run for long
+  EXPECT_TRUE(process::core_free(control, -1));  // the driver beside one computing worker
+  EXPECT_FALSE(process::core_free(control, 1));  // worker 1 counts the driver's core too
+  place.record(*unknown, 1'000, 8);
+  place.finished(workers[0], *unknown);
+  EXPECT_EQ(work(0), process::work_none);
+
+  task_spec* short_one = task();
+  send(workers[0], short_one);
+  EXPECT_EQ(work(0), process::work_short);
+  control.slots[0].depth = 1;  // running it
+  EXPECT_TRUE(process::core_free(control, 1));  // its result comes within a spin
+  place.record(*short_one, 10'000'000, 8);  // f takes 10 ms now
+  task_spec* long_one = task();
+  send(workers[1], long_one);
+  EXPECT_EQ(work(1), process::work_long);
+  EXPECT_TRUE(process::core_free(control, -1));
+  control.slots[0].spinning = 1;  // a spinner takes a core as well
+  EXPECT_FALSE(process::core_free(control, -1));
+  control.slots[0].spinning = 0;
+  place.blocked(workers[1], *long_one, {1, {}});  // waiting in get: its core is free
+  EXPECT_EQ(work(1), process::work_none);
+  place.unblocked(workers[1], *long_one);
+  EXPECT_EQ(work(1), process::work_long);
+  place.finished(workers[0], *short_one);
+  place.lost(workers[1]);
+  EXPECT_EQ(work(1), process::work_none);
+  EXPECT_EQ(workers[1].long_tasks, 0);
+  control.slots[0].depth = 1;  // an actor's call, or a task of another driver thread: depth counts
+  EXPECT_EQ(work(0), process::work_none);
+  control.slots[1].depth = 1;
+  EXPECT_FALSE(process::core_free(control, -1));
 }
 
 TEST_F(placement_fixture, tasks_that_block_are_never_queued_behind_others) {

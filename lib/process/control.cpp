@@ -31,8 +31,11 @@ bool core_free(const control_block& c, int self) noexcept {
   for (int i = 0; i < slots && taken < c.cpus; ++i) {
     if (i == self) continue;
     const process_slot& s = c.slots[i];
-    // Busy from the moment the driver sends it work, not only once it starts.
-    const bool busy = s.depth.load(std::memory_order_relaxed) != 0 || s.assigned.load(std::memory_order_relaxed) != 0;
+    // Busy from the moment the driver sends it work, not only once it starts;
+    // not while it only runs tasks that end within a spin (waiting for those by
+    // spinning pays: their results come back sooner than a sleeper wakes).
+    const std::uint32_t work = s.assigned.load(std::memory_order_relaxed);
+    const bool busy = work == work_long || (work == work_none && s.depth.load(std::memory_order_relaxed) != 0);
     taken += busy + s.spinning.load(std::memory_order_relaxed);
   }
   return taken < c.cpus;

@@ -11,12 +11,16 @@ namespace manta::process {
 inline constexpr int max_slots = 1024;  ///< pool workers plus actor hosts
 inline constexpr int max_depth = 32;
 
+/// process_slot::assigned: the driver sent a process no work that runs now,
+/// only tasks expected to end within a spin (a waiter's spin pays), or others.
+enum : std::uint32_t { work_none = 0, work_short = 1, work_long = 2 };
+
 struct alignas(64) process_slot {
   std::atomic<std::uint32_t> inbox_seq{0};   ///< bumped by the driver after each write to it
   std::atomic<std::uint32_t> outbox_seq{0};  ///< bumped by the process after each write to the driver
   std::atomic<std::uint32_t> depth{0};      ///< tasks executing (nested ones included)
   std::atomic<std::uint32_t> spinning{0};   ///< the process spins waiting for its inbox
-  std::atomic<std::uint32_t> assigned{0};   ///< the driver sent it work that does not wait (set by the driver)
+  std::atomic<std::uint32_t> assigned{0};   ///< what work the driver sent it (work_*; set by the driver)
   std::atomic<std::uint64_t> running[max_depth]{};  ///< their keys, outermost first
 };
 

@@ -6,6 +6,8 @@
 #include <limits>
 #include <unordered_set>
 
+#include "process/control.hpp"
+
 namespace manta::runtime {
 
 bool placement::may_wait_on_others(const task_spec& t) const {
@@ -157,13 +159,22 @@ void placement::sent(worker_state& w, task_spec& t) {
   graph_.enter(&t, w.in_flight);
   take_cpu(w, t);
   if (t.actor) return;  // an actor's calls queue on it whatever they take
-  publish(w);
   // Nothing queues behind a task that may be killed for its timeout.
   t.expected_ns = t.options.timeout_ns ? std::numeric_limits<double>::infinity() : estimate(t);
   if (std::isfinite(t.expected_ns))
     w.expected_ns += t.expected_ns;
   else
     ++w.unbounded;
+  w.long_tasks += !(t.expected_ns < short_task_ns);
+  publish(w);
+}
+
+void placement::publish(worker_state& w) noexcept {
+  if (!w.assigned) return;
+  const std::uint32_t work = w.active_default + w.nondefault == 0 ? process::work_none
+                             : w.long_tasks > 0                   ? process::work_long
+                                                                  : process::work_short;
+  w.assigned->store(work, std::memory_order_relaxed);
 }
 
 void placement::finished(worker_state& w, task_spec& t) {
@@ -173,6 +184,7 @@ void placement::finished(worker_state& w, task_spec& t) {
       --w.unbounded;
     else
       w.expected_ns = w.in_flight.empty() ? 0 : w.expected_ns - t.expected_ns;  // no drift
+    if (!t.actor) w.long_tasks -= !(t.expected_ns < short_task_ns);
   }
   if (t.actor) return;
   if (t.blocked) unblocked(w, t);
@@ -219,7 +231,7 @@ void placement::unblocked(worker_state& w, task_spec& t) {
 }
 
 void placement::lost(worker_state& w) {
-  w.blocked = w.active_default = w.nondefault = w.unbounded = 0;
+  w.blocked = w.active_default = w.nondefault = w.unbounded = w.long_tasks = 0;
   w.expected_ns = 0;
   w.awaiting.clear();
   if (w.holds_cpu) ledger_.give_cpu(1);

@@ -37,6 +37,8 @@ struct worker_state {
   /// none (unknown, or they block): nothing is queued behind those.
   double expected_ns = 0;
   int unbounded = 0;
+  /// In-flight tasks expected to run longer than a spin (or for an unknown time).
+  int long_tasks = 0;
   bool holds_cpu = false;  ///< the CPU its default tasks share is taken
   /// Where to publish whether it has work that does not wait (for waiters
   /// deciding whether to spin), or null.
@@ -49,6 +51,8 @@ class placement {
   /// a task whose run time is unknown or longer: it would hold the queue up).
   static constexpr double pipeline_window_ns = 1e6;
   static constexpr std::size_t max_pipeline = 1024;
+  /// A task expected to end sooner is worth a waiter's spin (the default spin budget).
+  static constexpr double short_task_ns = 50e3;
 
   placement(resource_ledger& ledger, directory& dir, task_graph& graph)
       : ledger_(ledger), dir_(dir), graph_(graph) {}
@@ -120,9 +124,8 @@ class placement {
   /// unknown or when it blocks.
   double estimate(const task_spec& t) const;
   void take_cpu(worker_state& w, task_spec& t);
-  static void publish(worker_state& w) noexcept {
-    if (w.assigned) w.assigned->store(w.active_default + w.nondefault > 0, std::memory_order_relaxed);
-  }
+  /// Tells waiters in every process whether `w` computes (see process::core_free).
+  static void publish(worker_state& w) noexcept;
 
   resource_ledger& ledger_;
   directory& dir_;

@@ -63,7 +63,7 @@ void scheduler::spawned(int slot, pid_t pid, int to_process, int from_process) {
   w.kill_reason.clear();
   w.limited_calls.clear();
   w.place.in_flight.clear();
-  w.place.blocked = w.place.active_default = w.place.nondefault = w.place.unbounded = 0;
+  w.place.blocked = w.place.active_default = w.place.nondefault = w.place.unbounded = w.place.long_tasks = 0;
   w.place.expected_ns = 0;
   w.place.awaiting.clear();
   w.place.holds_cpu = false;
