@@ -102,6 +102,7 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(process::n
   zc.arena_base = arena_->base();
   if (opts_.worker_setup) zc.worker_setup = detail::function_for(opts_.worker_setup).id;
   zygote_ = std::make_unique<zygote_link>(process::start_zygote(zc));
+  arena_->start_warming(arena_->default_warm_reserve());  // a thread: after the zygote's fork
   ipc::set_nonblocking(zygote_->socket(), true);
   output_ = std::make_unique<output_forwarder>();
 
@@ -199,6 +200,7 @@ void node_runtime::finish_stop() {
     }
   process::unmap_control_block(control_);
   control_ = nullptr;
+  arena_->stop_warming();
   store_.reset();  // its spill file goes with it
   if (std::int64_t pins = user_pins_.load(); pins > 0) {
     // A thread still decodes a get, or holds a view: unmapping would pull the

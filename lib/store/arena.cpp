@@ -1,12 +1,15 @@
 // store/arena.cpp: the arena: a memfd mapping managed by Boost.Interprocess.
 #include "store/arena.hpp"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -62,14 +65,20 @@ arena::arena(std::size_t bytes) {
   ::madvise(base_, capacity_, MADV_HUGEPAGE);  // fewer faults for large objects, where allowed
 }
 
-arena::~arena() = default;
+arena::~arena() { stop_warming(); }
 
 std::uint64_t arena::allocate(std::size_t size) {
   std::lock_guard lock(mu_);
   void* p = segment_->memory.allocate_aligned(std::max<std::size_t>(size, 1), 64, std::nothrow);
   if (!p) return no_extent;
-  used_ += segment_->memory.get_segment_manager()->size(p);
-  return static_cast<std::uint64_t>(static_cast<std::byte*>(p) - base_);
+  const std::size_t bytes = segment_->memory.get_segment_manager()->size(p);
+  used_ += bytes;
+  const auto offset = static_cast<std::uint64_t>(static_cast<std::byte*>(p) - base_);
+  if (offset + bytes > frontier_) {
+    frontier_ = offset + bytes;
+    if (needs_warming()) warm_cv_.notify_one();
+  }
+  return offset;
 }
 
 void arena::deallocate(std::uint64_t offset) noexcept {
@@ -87,6 +96,71 @@ std::size_t arena::used_bytes() const {
 std::size_t arena::free_bytes() const {
   std::lock_guard lock(mu_);
   return segment_->memory.get_free_memory();
+}
+
+// Warming: the frontier only grows; so does warm_end_. Pages between them are
+// populated with MADV_POPULATE_WRITE, which faults them in writable without
+// writing: safe on extents another process writes at the same moment.
+
+std::size_t arena::warm_target() const noexcept {
+  return std::min(capacity_, frontier_ + std::min(reserve_, frontier_));
+}
+
+bool arena::needs_warming() const noexcept {
+  // Once half of what is kept ahead is used up: not on every extent.
+  return warm_end_ + std::min(reserve_, frontier_) / 2 < warm_target();
+}
+
+void arena::start_warming(std::size_t reserve) {
+  if (reserve == 0 || warmer_.joinable()) return;
+  // Probe: kernels before 5.14 do not know the advice (EINVAL).
+  const long page = ::sysconf(_SC_PAGE_SIZE);
+  if (::madvise(segment_->base, static_cast<std::size_t>(page), MADV_POPULATE_WRITE) != 0) return;
+  std::lock_guard lock(mu_);
+  reserve_ = reserve;
+  warmer_ = std::thread([this] { warm_loop(); });
+}
+
+void arena::stop_warming() noexcept {
+  {
+    std::lock_guard lock(mu_);
+    reserve_ = 0;  // allocate wakes nobody from now on
+  }
+  warm_cv_.notify_all();
+  if (warmer_.joinable()) warmer_.join();
+}
+
+std::size_t arena::warm_bytes() const {
+  std::lock_guard lock(mu_);
+  return std::max(warm_end_, frontier_);
+}
+
+std::size_t arena::default_warm_reserve() const {
+  if (const char* v = std::getenv("MANTA_ARENA_WARM_MB")) return std::strtoull(v, nullptr, 10) << 20;
+  return std::min<std::size_t>(capacity_ / 8, std::size_t{256} << 20);
+}
+
+void arena::warm_loop() {
+  // Only idle CPUs: populating competes with nothing that computes.
+  sched_param none{};
+  ::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &none);
+  constexpr std::size_t chunk = 2 << 20;  // one call's worth: stop_warming waits for at most one
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGE_SIZE));
+  std::unique_lock lock(mu_);
+  for (;;) {
+    warm_cv_.wait(lock, [&] { return reserve_ == 0 || needs_warming(); });
+    while (reserve_ != 0 && warm_end_ < warm_target()) {
+      const std::size_t from = std::max(warm_end_, frontier_) / page * page;
+      const std::size_t to = std::min(warm_target(), from + chunk);
+      lock.unlock();
+      // Offsets count from base_ (what allocate returns): the mapping's start.
+      const int rc = to > from ? ::madvise(base_ + from, to - from, MADV_POPULATE_WRITE) : 0;
+      lock.lock();
+      if (rc != 0) return;  // out of memory, most likely: the pages are left to their writers
+      warm_end_ = std::max(warm_end_, to);
+    }
+    if (reserve_ == 0) return;
+  }
 }
 
 std::size_t arena::default_size() {
