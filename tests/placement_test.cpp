@@ -144,7 +144,7 @@ TEST_F(placement_fixture, short_tasks_never_queue_behind_long_or_unknown_ones) {
 TEST_F(placement_fixture, waiters_learn_which_workers_compute_and_spin_only_beside_a_free_core) {
   process::control_block control;
   control.cpus = 2;
-  control.slots_in_use = 2;
+  control.slots_in_use = 3;  // slot 2: an actor host, which the driver says nothing of
   for (int i = 0; i < 2; ++i) workers[i].assigned = &control.slots[i].assigned;
   auto work = [&](int i) { return control.slots[i].assigned.load(); };
 
@@ -155,7 +155,7 @@ TEST_F(placement_fixture, waiters_learn_which_workers_compute_and_spin_only_besi
   EXPECT_FALSE(process::core_free(control, 1));  // worker 1 counts the driver's core too
   place.record(*unknown, 1'000, 8);
   place.finished(workers[0], *unknown);
-  EXPECT_EQ(work(0), process::work_none);
+  EXPECT_EQ(work(0), process::work_idle);
 
   task_spec* short_one = task();
   send(workers[0], short_one);
@@ -165,23 +165,24 @@ TEST_F(placement_fixture, waiters_learn_which_workers_compute_and_spin_only_besi
   place.record(*short_one, 10'000'000, 8);  // f takes 10 ms now
   task_spec* long_one = task();
   send(workers[1], long_one);
+  control.slots[1].depth = 1;
   EXPECT_EQ(work(1), process::work_long);
   EXPECT_TRUE(process::core_free(control, -1));
   control.slots[0].spinning = 1;  // a spinner takes a core as well
   EXPECT_FALSE(process::core_free(control, -1));
   control.slots[0].spinning = 0;
-  place.blocked(workers[1], *long_one, {1, {}});  // waiting in get: its core is free
-  EXPECT_EQ(work(1), process::work_none);
+  place.blocked(workers[1], *long_one, {1, {}});  // waiting in get: its core is free, whatever its depth
+  EXPECT_EQ(work(1), process::work_idle);
+  control.slots[2].depth = 1;  // the actor host runs a call
+  EXPECT_TRUE(process::core_free(control, -1));
   place.unblocked(workers[1], *long_one);
   EXPECT_EQ(work(1), process::work_long);
+  EXPECT_FALSE(process::core_free(control, -1));  // worker 1 and the actor host
   place.finished(workers[0], *short_one);
   place.lost(workers[1]);
-  EXPECT_EQ(work(1), process::work_none);
+  EXPECT_EQ(work(1), process::work_idle);
   EXPECT_EQ(workers[1].long_tasks, 0);
-  control.slots[0].depth = 1;  // an actor's call, or a task of another driver thread: depth counts
-  EXPECT_EQ(work(0), process::work_none);
-  control.slots[1].depth = 1;
-  EXPECT_FALSE(process::core_free(control, -1));
+  EXPECT_TRUE(process::core_free(control, -1));
 }
 
 TEST_F(placement_fixture, tasks_that_block_are_never_queued_behind_others) {

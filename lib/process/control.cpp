@@ -33,7 +33,8 @@ bool core_free(const control_block& c, int self) noexcept {
     const process_slot& s = c.slots[i];
     // Busy from the moment the driver sends it work, not only once it starts;
     // not while it only runs tasks that end within a spin (waiting for those by
-    // spinning pays: their results come back sooner than a sleeper wakes).
+    // spinning pays: their results come back sooner than a sleeper wakes), nor
+    // while its tasks wait in get (the driver says so; its depth does not).
     const std::uint32_t work = s.assigned.load(std::memory_order_relaxed);
     const bool busy = work == work_long || (work == work_none && s.depth.load(std::memory_order_relaxed) != 0);
     taken += busy + s.spinning.load(std::memory_order_relaxed);

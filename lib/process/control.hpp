@@ -11,9 +11,11 @@ namespace manta::process {
 inline constexpr int max_slots = 1024;  ///< pool workers plus actor hosts
 inline constexpr int max_depth = 32;
 
-/// process_slot::assigned: the driver sent a process no work that runs now,
-/// only tasks expected to end within a spin (a waiter's spin pays), or others.
-enum : std::uint32_t { work_none = 0, work_short = 1, work_long = 2 };
+/// process_slot::assigned, set by the driver for pool workers: nothing that
+/// runs now (idle, or every task waits in get), only tasks expected to end
+/// within a spin (a waiter's spin pays), or others. work_none: it says nothing
+/// (an actor host: its depth tells).
+enum : std::uint32_t { work_none = 0, work_idle = 1, work_short = 2, work_long = 3 };
 
 struct alignas(64) process_slot {
   std::atomic<std::uint32_t> inbox_seq{0};   ///< bumped by the driver after each write to it

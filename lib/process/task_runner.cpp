@@ -142,7 +142,7 @@ void complete(worker_context& ctx, task_invocation& inv, ipc::task_done& done, c
     failed.error = {ipc::error_kind::usage, "manta::usage_error",
                     "manta: the results of '" + name + "' are too large to send: " + e.what(), name, {},
                     ::getpid(), 0};
-    ctx.send_done(failed, false);
+    ctx.send_done(failed, failed.ns > flush_after_ns);
   }
 }
 

@@ -102,7 +102,6 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(process::n
   zc.arena_base = arena_->base();
   if (opts_.worker_setup) zc.worker_setup = detail::function_for(opts_.worker_setup).id;
   zygote_ = std::make_unique<zygote_link>(process::start_zygote(zc));
-  arena_->start_warming(arena_->default_warm_reserve());  // a thread: after the zygote's fork
   ipc::set_nonblocking(zygote_->socket(), true);
   output_ = std::make_unique<output_forwarder>();
 
@@ -152,6 +151,26 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(process::n
       scheduler_lock lock(*this);
       sched_->kill_for_memory(m, opts_.memory_threshold);
     });
+  start_arena_warming();
+}
+
+void node_runtime::start_arena_warming() {
+  // Only beside an idle core (never taking one from a process with work), and
+  // never into memory the machine is short of: below 80% in use, and 10 points
+  // under the memory monitor's threshold. Memory is read again every 16 MB.
+  const double limit = opts_.memory_threshold > 0 ? std::min(0.8, opts_.memory_threshold - 0.1) : 0.8;
+  std::size_t allowance = 0;
+  arena_->start_warming(arena_->default_warm_reserve(), [this, limit, allowance](std::size_t bytes) mutable {
+    if (!process::core_free(*control_, -1)) return false;
+    if (allowance < bytes) {
+      const memory_usage m = read_memory_usage();
+      const double room = static_cast<double>(m.total) * limit - static_cast<double>(m.used);
+      allowance = room > 0 ? std::min<std::size_t>(static_cast<std::size_t>(room), 16 << 20) : 0;
+      if (allowance < bytes) return false;
+    }
+    allowance -= bytes;
+    return true;
+  });
 }
 
 node_runtime::~node_runtime() {
@@ -164,6 +183,7 @@ node_runtime::~node_runtime() {
 void node_runtime::begin_stop() {
   stopping_.store(true, std::memory_order_release);
   monitor_.reset();  // its thread takes the scheduler's lock
+  arena_->stop_warming();  // it reads the control block, unmapped below
   wake_io();
   if (io_thread_.joinable()) io_thread_.join();
   dir_->wake_all();
@@ -200,7 +220,6 @@ void node_runtime::finish_stop() {
     }
   process::unmap_control_block(control_);
   control_ = nullptr;
-  arena_->stop_warming();
   store_.reset();  // its spill file goes with it
   if (std::int64_t pins = user_pins_.load(); pins > 0) {
     // A thread still decodes a get, or holds a view: unmapping would pull the

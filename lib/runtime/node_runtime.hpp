@@ -125,6 +125,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void take_submissions();
   void register_submissions();
 
+  /// The arena's warmer, asking before each step whether a core is idle and memory not short.
+  void start_arena_warming();
+
   // poller.cpp: the I/O thread and the poll role
   void io_loop();
   int poll_events(int timeout_ms);

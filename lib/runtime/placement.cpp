@@ -171,7 +171,7 @@ void placement::sent(worker_state& w, task_spec& t) {
 
 void placement::publish(worker_state& w) noexcept {
   if (!w.assigned) return;
-  const std::uint32_t work = w.active_default + w.nondefault == 0 ? process::work_none
+  const std::uint32_t work = w.active_default + w.nondefault == 0 ? process::work_idle
                              : w.long_tasks > 0                   ? process::work_long
                                                                   : process::work_short;
   w.assigned->store(work, std::memory_order_relaxed);

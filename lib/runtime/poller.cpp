@@ -29,6 +29,7 @@ namespace {
 // (sched_attr's runtime); a thread with a shorter slice than the one running
 // preempts it when it wakes. Older kernels ignore the request.
 void ask_for_short_slices() {
+  if (::sched_getscheduler(0) != SCHED_OTHER) return;  // a real-time or batch driver keeps its policy
   struct {
     std::uint32_t size, policy;
     std::uint64_t flags;

@@ -1,23 +1,26 @@
 // store/arena.cpp: the arena: a memfd mapping managed by Boost.Interprocess.
 #include "store/arena.hpp"
 
-#include <pthread.h>
-#include <sched.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 
 #include <boost/interprocess/indexes/null_index.hpp>
 #include <boost/interprocess/managed_external_buffer.hpp>
 #include <boost/interprocess/mem_algo/rbtree_best_fit.hpp>
 #include <boost/interprocess/sync/mutex_family.hpp>
+
+#include "observe/log.hpp"
 
 namespace manta::store {
 namespace bip = boost::interprocess;
@@ -98,9 +101,25 @@ std::size_t arena::free_bytes() const {
   return segment_->memory.get_free_memory();
 }
 
-// Warming: the frontier only grows; so does warm_end_. Pages between them are
-// populated with MADV_POPULATE_WRITE, which faults them in writable without
-// writing: safe on extents another process writes at the same moment.
+// Warming: the frontier only grows; so does warm_end_. The pages between them
+// are faulted in by a locked add of zero to one word of each: no byte changes,
+// so it is safe on extents any process writes at the same moment. Page by page
+// rather than madvise(MADV_POPULATE_WRITE), which holds the address space's
+// lock across the whole range: a low-priority thread preempted there would
+// stall every mmap of the driver. Under ThreadSanitizer, which would take a
+// memcpy into a page being touched for a race, the kernel populates instead.
+
+namespace {
+void fault_in(std::byte* from, std::byte* to, std::size_t page) noexcept {
+#if defined(__SANITIZE_THREAD__)
+  (void)page;
+  ::madvise(from, static_cast<std::size_t>(to - from), MADV_POPULATE_WRITE);
+#else
+  for (std::byte* p = from; p < to; p += page)
+    std::atomic_ref<std::uint32_t>(*reinterpret_cast<std::uint32_t*>(p)).fetch_add(0, std::memory_order_relaxed);
+#endif
+}
+}  // namespace
 
 std::size_t arena::warm_target() const noexcept {
   return std::min(capacity_, frontier_ + std::min(reserve_, frontier_));
@@ -108,23 +127,26 @@ std::size_t arena::warm_target() const noexcept {
 
 bool arena::needs_warming() const noexcept {
   // Once half of what is kept ahead is used up: not on every extent.
-  return warm_end_ + std::min(reserve_, frontier_) / 2 < warm_target();
+  return reserve_ != 0 && warm_end_ + std::min(reserve_, frontier_) / 2 < warm_target();
 }
 
-void arena::start_warming(std::size_t reserve) {
+void arena::start_warming(std::size_t reserve, std::function<bool(std::size_t)> may_warm) {
   if (reserve == 0 || warmer_.joinable()) return;
-  // Probe: kernels before 5.14 do not know the advice (EINVAL).
-  const long page = ::sysconf(_SC_PAGE_SIZE);
-  if (::madvise(segment_->base, static_cast<std::size_t>(page), MADV_POPULATE_WRITE) != 0) return;
   std::lock_guard lock(mu_);
   reserve_ = reserve;
-  warmer_ = std::thread([this] { warm_loop(); });
+  may_warm_ = std::move(may_warm);
+  try {
+    warmer_ = std::thread([this] { warm_loop(); });
+  } catch (const std::system_error& e) {  // out of threads (a pids limit): warming is optional
+    reserve_ = 0;
+    MANTA_DEBUG << "arena warming off: " << e.what();
+  }
 }
 
 void arena::stop_warming() noexcept {
   {
     std::lock_guard lock(mu_);
-    reserve_ = 0;  // allocate wakes nobody from now on
+    reserve_ = 0;
   }
   warm_cv_.notify_all();
   if (warmer_.joinable()) warmer_.join();
@@ -136,15 +158,19 @@ std::size_t arena::warm_bytes() const {
 }
 
 std::size_t arena::default_warm_reserve() const {
-  if (const char* v = std::getenv("MANTA_ARENA_WARM_MB")) return std::strtoull(v, nullptr, 10) << 20;
+  if (const char* v = std::getenv("MANTA_ARENA_WARM_MB")) {
+    const long long mb = std::atoll(v);
+    return mb <= 0 ? 0 : std::min(capacity_, static_cast<std::size_t>(mb) << 20);
+  }
   return std::min<std::size_t>(capacity_ / 8, std::size_t{256} << 20);
 }
 
 void arena::warm_loop() {
-  // Only idle CPUs: populating competes with nothing that computes.
-  sched_param none{};
-  ::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &none);
-  constexpr std::size_t chunk = 2 << 20;  // one call's worth: stop_warming waits for at most one
+  // The lowest priority short of SCHED_IDLE: it still gets a turn on a busy
+  // machine, so it never holds a fault's lock for long.
+  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+  constexpr std::size_t chunk = 1 << 20;  // between two questions to may_warm_
+  constexpr auto retry = std::chrono::milliseconds(20);
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGE_SIZE));
   std::unique_lock lock(mu_);
   for (;;) {
@@ -153,10 +179,14 @@ void arena::warm_loop() {
       const std::size_t from = std::max(warm_end_, frontier_) / page * page;
       const std::size_t to = std::min(warm_target(), from + chunk);
       lock.unlock();
+      const bool go = !may_warm_ || may_warm_(to - from);
       // Offsets count from base_ (what allocate returns): the mapping's start.
-      const int rc = to > from ? ::madvise(base_ + from, to - from, MADV_POPULATE_WRITE) : 0;
+      if (go) fault_in(base_ + from, base_ + to, page);
       lock.lock();
-      if (rc != 0) return;  // out of memory, most likely: the pages are left to their writers
+      if (!go) {  // no idle core, or memory is short: look again later
+        warm_cv_.wait_for(lock, retry, [&] { return reserve_ == 0; });
+        continue;
+      }
       warm_end_ = std::max(warm_end_, to);
     }
     if (reserve_ == 0) return;

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -43,13 +44,14 @@ class arena {
 
   /// Faults pages in ahead of the frontier (the end of the highest extent ever
   /// handed out: the allocator fills from the bottom, and the holes below the
-  /// frontier it prefers are warm), on a thread that runs only when a CPU is
-  /// idle, so a new object is written at memory speed instead of the page-fault
-  /// rate. It keeps as many bytes warm ahead as lie below the frontier, at most
-  /// `reserve`: a program that stores little costs little. Call after every
-  /// fork the arena must survive (the zygote's); 0, or a kernel without
-  /// MADV_POPULATE_WRITE (before 5.14), warms nothing.
-  void start_warming(std::size_t reserve);
+  /// frontier it prefers are warm), on a thread of its own at the lowest
+  /// priority, so a new object is written at memory speed instead of the
+  /// page-fault rate. It keeps as many bytes warm ahead as lie below the
+  /// frontier, at most `reserve`: a program that stores little costs little.
+  /// Before each step it asks `may_warm(bytes)` (a core is idle, memory is not
+  /// short); if no, it asks again later. Call after every fork the arena must
+  /// survive (the zygote's); a `reserve` of 0 warms nothing.
+  void start_warming(std::size_t reserve, std::function<bool(std::size_t)> may_warm = {});
   /// Joins the warming thread. Idempotent.
   void stop_warming() noexcept;
   /// How far from the base pages are warm: faulted in, or handed out before.
@@ -73,6 +75,7 @@ class arena {
   std::size_t frontier_ = 0;   ///< offset past the highest extent handed out
   std::size_t warm_end_ = 0;   ///< offset up to which the warmer faulted pages in
   std::size_t reserve_ = 0;    ///< 0: not warming (or stopping)
+  std::function<bool(std::size_t)> may_warm_;
   mutable std::mutex mu_;
   std::condition_variable warm_cv_;
   std::thread warmer_;
