@@ -3,11 +3,13 @@
 //   resident memory per idle worker   VmRSS of each pool worker after a warm-up,
 //                                      split into anonymous, file and shared pages,
 //                                      and its proportional share (Pss)
-//   runtime memory per pending task    the driver's heap (malloc's bytes in use)
-//                                      and resident memory grown by N tasks that
-//                                      wait on an unfinished argument, divided by N;
-//                                      the caller's vector of refs is reserved first
-//                                      and does not count
+//   runtime memory per pending task    the driver's resident memory grown by N
+//                                      tasks that wait on an unfinished argument,
+//                                      divided by N (the caller's vector of refs is
+//                                      reserved first and does not count); and the
+//                                      part of it in malloc's heap (tasks and
+//                                      directory entries come from TBB's scalable
+//                                      allocator, which only the resident figure sees)
 //
 //   manta_memory [workers=2] [pending=1000000]
 #include <malloc.h>
@@ -104,9 +106,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < pending; ++i) refs.push_back(manta::task(add_one).remote(gate));
   const std::size_t heap1 = heap_in_use();
   const long rss1 = kb_fields(::getpid(), "status")["VmRSS"];
-  std::printf("%d pending tasks: driver heap +%.1f MB (%.0f B per task), resident +%.1f MB (%.0f B per task)\n",
-              pending, (heap1 - heap0) / 1e6, double(heap1 - heap0) / pending, (rss1 - rss0) / 1024.0,
-              (rss1 - rss0) * 1024.0 / pending);
+  std::printf("%d pending tasks: driver resident +%.1f MB (%.0f B per task), of it malloc's heap %.0f B per task\n",
+              pending, (rss1 - rss0) / 1024.0, (rss1 - rss0) * 1024.0 / pending, double(heap1 - heap0) / pending);
   manta::cancel(gate);
   int cancelled = 0;
   for (auto& r : refs) {

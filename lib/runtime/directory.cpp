@@ -21,6 +21,10 @@ void free_entry(object_entry* e) noexcept {
     freeing->push_back(e);
     return;
   }
+  if (e->contained.empty()) {  // the common case: it releases nothing in turn
+    delete e;
+    return;
+  }
   std::vector<object_entry*> pending{e};
   freeing = &pending;
   while (!pending.empty()) {

@@ -16,6 +16,7 @@
 
 #include "ipc/messages.hpp"
 #include "runtime/object_store.hpp"
+#include "runtime/pool_allocated.hpp"
 
 namespace manta::runtime {
 
@@ -36,7 +37,7 @@ struct subscriber {
   std::uint64_t generation;
 };
 
-struct object_entry final : detail::ref_node {
+struct object_entry final : detail::ref_node, pool_allocated {
   ~object_entry() override;
 
   std::atomic<std::uint32_t> state{state_pending};

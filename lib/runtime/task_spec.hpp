@@ -12,6 +12,7 @@
 #include <manta/registry.hpp>
 
 #include "ipc/messages.hpp"
+#include "runtime/pool_allocated.hpp"
 #include "runtime/resources.hpp"
 
 namespace manta::runtime {
@@ -24,7 +25,7 @@ struct task_spec;
 /// tasks sent to one worker. A task is in one lane at most (task_spec::lane).
 using lane = std::deque<task_spec*>;
 
-struct task_spec {
+struct task_spec : pool_allocated {
   task_spec();  // out of line: it owns an actor_record, incomplete here
   task_spec(const task_spec&) = delete;
   task_spec& operator=(const task_spec&) = delete;
