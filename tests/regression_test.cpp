@@ -488,6 +488,48 @@ TEST_F(regression, a_forked_child_exiting_leaves_the_parent_runtime_alone) {
   }
 }
 
+int never_registered(int x) { return x; }
+
+// Found while trying the arena's warmer with forks: a fork while another
+// thread submitted left the child's copy of the function registry locked by
+// that thread (not copied), so the child's first remote hung (1 fork in 40).
+TEST_F(regression, forks_beside_a_submitting_thread_leave_the_child_a_working_api) {
+  start(2);
+  std::atomic<bool> stop{false};
+  std::thread submitter([&] {
+    // Submitting a function never registered holds the registry's lock longest
+    // (the error names it, looked up with dladdr): the fork lands inside often.
+    while (!stop.load()) {
+      try {
+        manta::task(never_registered).remote(1);
+      } catch (const manta::usage_error&) {
+      }
+      manta::task(plus).remote(1, 1);
+    }
+  });
+  int hung = 0, failed = 0;
+  for (int k = 0; k < 30 && hung == 0; ++k) {
+    std::fflush(nullptr);
+    pid_t child = ::fork();
+    if (child == 0) {
+      // Its own runtime: what a program does after fork.
+      manta::init({.num_workers = 1});
+      const int sum = manta::get(manta::task(plus).remote(20, 22), 10s);
+      manta::shutdown();
+      ::_exit(sum == 42 ? 0 : 1);
+    }
+    int status = 0;
+    if (!manta::testing::reap_within(child, 20s, status))
+      ++hung;
+    else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      ++failed;
+  }
+  stop = true;
+  submitter.join();
+  EXPECT_EQ(hung, 0) << "a child hung";
+  EXPECT_EQ(failed, 0);
+}
+
 // Found by review of the restructuring: a child the driver forks that drops its
 // copy of a ref freed the object's extent in the allocator it shares with the
 // parent; the parent's next put reused it under a live object.

@@ -4,6 +4,7 @@
 #include "process/context.hpp"
 
 #include <cxxabi.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -218,7 +219,12 @@ void arg_writer::ref(ref_node* node, std::uint64_t tag) {
 namespace {
 std::mutex type_names_mu;
 std::unordered_map<std::uint64_t, std::string>& type_names() {
-  static auto* names = new std::unordered_map<std::uint64_t, std::string>();
+  static auto* names = [] {
+    // As the function registry: a fork never leaves the child's copy locked.
+    ::pthread_atfork([] { type_names_mu.lock(); }, [] { type_names_mu.unlock(); },
+                     [] { type_names_mu.unlock(); });
+    return new std::unordered_map<std::uint64_t, std::string>();
+  }();
   return *names;
 }
 thread_local ref_collector* active_collector = nullptr;

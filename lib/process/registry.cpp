@@ -1,6 +1,7 @@
 // process/registry.cpp: the table of remote functions, by pointer (for submitting)
 // and by id, the hash of the name (for running them in any process of the binary).
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <cstring>
@@ -28,7 +29,13 @@ struct registry {
 // Never destroyed: registrations happen during static initialisation and lookups
 // may happen during static destruction.
 registry& table() {
-  static registry* r = new registry();
+  static registry* r = [] {
+    auto* t = new registry();
+    // A fork while another thread looks a function up would leave the child's
+    // copy locked forever (submitting there hung): the fork waits for the lookup.
+    ::pthread_atfork([] { table().mu.lock(); }, [] { table().mu.unlock(); }, [] { table().mu.unlock(); });
+    return t;
+  }();
   return *r;
 }
 
