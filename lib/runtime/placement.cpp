@@ -165,7 +165,7 @@ void placement::sent(worker_state& w, task_spec& t) {
     w.expected_ns += t.expected_ns;
   else
     ++w.unbounded;
-  w.long_tasks += !(t.expected_ns < short_task_ns);
+  w.long_tasks += runs_long(t);
   publish(w);
 }
 
@@ -184,7 +184,7 @@ void placement::finished(worker_state& w, task_spec& t) {
       --w.unbounded;
     else
       w.expected_ns = w.in_flight.empty() ? 0 : w.expected_ns - t.expected_ns;  // no drift
-    if (!t.actor) w.long_tasks -= !(t.expected_ns < short_task_ns);
+    if (!t.actor) w.long_tasks -= runs_long(t);
   }
   if (t.actor) return;
   if (t.blocked) unblocked(w, t);

@@ -40,8 +40,8 @@ struct worker_state {
   /// In-flight tasks expected to run longer than a spin (or for an unknown time).
   int long_tasks = 0;
   bool holds_cpu = false;  ///< the CPU its default tasks share is taken
-  /// Where to publish whether it has work that does not wait (for waiters
-  /// deciding whether to spin), or null.
+  /// Where to publish what work it has (process::work_*, for waiters deciding
+  /// whether to spin), or null.
   std::atomic<std::uint32_t>* assigned = nullptr;
 };
 
@@ -126,6 +126,8 @@ class placement {
   void take_cpu(worker_state& w, task_spec& t);
   /// Tells waiters in every process whether `w` computes (see process::core_free).
   static void publish(worker_state& w) noexcept;
+  /// `t` was sent expecting more than a spin's worth of work (or an unknown amount).
+  static bool runs_long(const task_spec& t) noexcept { return !(t.expected_ns < short_task_ns); }
 
   resource_ledger& ledger_;
   directory& dir_;
