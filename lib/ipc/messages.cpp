@@ -240,6 +240,7 @@ void task_done::write(frame_writer& w) const {
   w.put(static_cast<std::uint8_t>(ok));
   w.put(static_cast<std::uint8_t>(grant_used));
   w.put(ns);
+  w.put(started_ns);
   if (!ok) {
     write_error(w, error);
     return;
@@ -257,6 +258,7 @@ task_done task_done::read(frame_reader& r) {
   m.ok = r.get<std::uint8_t>() != 0;
   m.grant_used = r.get<std::uint8_t>() != 0;
   m.ns = r.get<std::uint64_t>();
+  m.started_ns = r.get<std::uint64_t>();
   if (!m.ok) {
     m.error = read_error(r);
     return m;

@@ -142,6 +142,7 @@ struct task_done {
   /// (sealed as a result, put, or freed later), so the driver must not free it.
   bool grant_used = false;
   std::uint64_t ns = 0;  ///< how long it ran
+  std::uint64_t started_ns = 0;  ///< when it began (steady clock, shared by the node's processes)
   boost::container::small_vector<result, 1> results;  ///< when ok
   error_info error;                                    ///< otherwise
 

@@ -139,6 +139,7 @@ void complete(worker_context& ctx, task_invocation& inv, ipc::task_done& done, c
     failed.ok = false;
     failed.grant_used = done.grant_used;
     failed.ns = done.ns;
+    failed.started_ns = done.started_ns;
     failed.error = {ipc::error_kind::usage, "manta::usage_error",
                     "manta: the results of '" + name + "' are too large to send: " + e.what(), name, {},
                     ::getpid(), 0};
@@ -177,6 +178,8 @@ void run_task_body(worker_context& ctx, const std::string& body) {
   ipc::task_done done;
   done.key = m.key;
   auto t0 = std::chrono::steady_clock::now();
+  done.started_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count());
   try {
     ctx.ensure_setup();
     invoke(ctx, fn, m.mode, m.concurrency, inv);

@@ -29,7 +29,13 @@
 namespace manta::process {
 namespace {
 
+/// The driver's control socket: removed here too, so a driver killed before
+/// its shutdown leaves no socket behind (the name carries the runtime's epoch:
+/// a later runtime of the same driver never has this one's).
+char control_socket[256] = {};
+
 [[noreturn]] void stop_all(const std::set<pid_t>& children) {
+  if (control_socket[0]) ::unlink(control_socket);
   for (pid_t p : children) ::kill(p, SIGKILL);
   for (pid_t p : children)
     while (::waitpid(p, nullptr, 0) < 0 && errno == EINTR) {
@@ -132,6 +138,7 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
   std::set<pid_t> children;
   try {
     mark_spawned_by_runtime();
+    std::snprintf(control_socket, sizeof control_socket, "%s", cfg.control_socket.c_str());
     ipc::forget_owned_fds();  // the driver's, not the zygote's
     int driver_fd = watch_driver(driver);
     if (::getppid() != driver) ::_exit(0);  // the driver is gone already

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "process/control.hpp"
 
@@ -37,6 +38,7 @@ struct zygote_config {
   int doorbell_read = -1;   ///< closed in the zygote
   int doorbell_write = -1;  ///< handed to every process
   std::uint64_t worker_setup = 0;  ///< id of options.worker_setup, or 0
+  std::string control_socket;      ///< the driver's socket: removed when the zygote exits
 };
 
 struct zygote_handle {

@@ -41,6 +41,7 @@ struct object_entry final : detail::ref_node, pool_allocated {
   ~object_entry() override;
 
   std::atomic<std::uint32_t> state{state_pending};
+  std::int32_t owner = 0;  ///< pid of the process that made it (manta memory)
   // Set once before the entry is sealed, immutable afterwards.
   std::uint64_t type_tag = 0;
   std::uint64_t size = 0;
@@ -56,6 +57,7 @@ struct object_entry final : detail::ref_node, pool_allocated {
   std::atomic<std::int32_t> pins{0};
   std::atomic<std::uint64_t> last_use{0};  ///< when it was last pinned or sealed
   actor_record* actor = nullptr;   ///< set when this entry is an actor (what handles point to)
+  const detail::function_info* made_by = nullptr;  ///< the task whose result it is; null: a put
   /// Workers to tell when it is sealed (the scheduler's, under its mutex).
   std::vector<subscriber> subscribers;
 

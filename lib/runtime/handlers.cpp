@@ -114,6 +114,7 @@ void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
   boost::container::small_vector<std::vector<object_id>, 1> contained(m.ok ? m.results.size() : 0);
   for (std::size_t i = 0; i < contained.size(); ++i)
     contained[i] = read_contained(w, m.results[i].contained, m.results[i].location);
+  if (cfg_.timeline && cfg_.timeline->on()) record(w, *t, m);
   place_.finished(w.place, *t);
   unpin_inputs(*t);
   t->worker = -1;
@@ -136,8 +137,11 @@ void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
   }
   actor_record* actor = t->is_call() ? t->actor : nullptr;
   if (m.ok) {
-    for (std::size_t i = 0; i < t->returns.size(); ++i)
+    for (std::size_t i = 0; i < t->returns.size(); ++i) {
+      t->returns[i]->made_by = t->fn;
+      t->returns[i]->owner = w.pid;
       seal(t->returns[i], m.results[i].location, std::move(contained[i]), &w);
+    }
     place_.record(*t, m.ns, t->returns[0]->size);
     tasks_finished_.fetch_add(1, std::memory_order_relaxed);
     finish_task(t);
@@ -154,6 +158,21 @@ void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
     }
   }
   dispatch();
+}
+
+void scheduler::record(const worker_link& w, const task_spec& t, const ipc::task_done& m) {
+  observe::timeline::task_event e;
+  e.name = t.name();
+  e.actor_call = t.actor != nullptr;
+  e.pid = w.pid;
+  e.submitted_ns = t.submitted_ns;
+  e.started_ns = m.started_ns;
+  e.duration_ns = m.ns;
+  e.arg_bytes = t.args.size();
+  for (const object_entry* d : t.deps) e.arg_bytes += d->size;
+  for (const auto& r : m.results) e.result_bytes += r.location.size;
+  e.ok = m.ok;
+  cfg_.timeline->task(std::move(e));
 }
 
 void scheduler::on_submit(worker_link& w, const ipc::submit& m) {
@@ -222,6 +241,7 @@ void scheduler::on_submit(worker_link& w, const ipc::submit& m) {
     if (object_entry* e = dir_.acquire(id)) t->contained.push_back(e);
   t->args = m.args;
   t->key = new_key();
+  if (cfg_.timeline && cfg_.timeline->on()) t->submitted_ns = observe::now_ns();
   if (auto why = admit(*t)) {  // the nested caller gets the error from get
     task_spec* raw = t.get();
     graph_.add(std::move(t));
@@ -237,6 +257,7 @@ void scheduler::on_put(worker_link& w, const ipc::put& m) {
     throw ipc::protocol_error("manta: put with a foreign or reused id");
   std::vector<object_id> contained = read_contained(w, m.contained, m.location);
   object_entry* e = dir_.create(m.id, 1);  // the worker's ref
+  e->owner = w.pid;
   seal(e, m.location, std::move(contained), &w);
   store_.pin(e);  // it knows where the bytes lie while it holds them; just sealed, so in place
   w.holds.emplace(m.id, true);

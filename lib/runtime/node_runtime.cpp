@@ -10,7 +10,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include <manta/errors.hpp>
@@ -28,6 +31,26 @@
 
 namespace manta::runtime {
 namespace {
+
+/// Makes `dir` and its parents; false, with a warning, if it cannot.
+bool make_log_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) {
+    MANTA_WARN << "log_dir " << dir << " cannot be made (" << ec.message()
+               << "): no control socket, manta status will not find this runtime";
+    return false;
+  }
+  return true;
+}
+
+/// Writes the timeline where MANTA_TIMELINE says, or warns why it could not.
+void write_timeline(const std::string& path, const std::string& json) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << json;
+  out.close();
+  if (!out) MANTA_WARN << "MANTA_TIMELINE: could not write " << path << ": " << std::strerror(errno);
+}
 
 /// A daemon may run with stdin, stdout or stderr closed: the runtime's own pipes
 /// would then take those numbers, and worker output would be written into them.
@@ -71,7 +94,11 @@ node_runtime::call_guard::call_guard(node_runtime& r, bool needs_node) : r_(r) {
   }
 }
 
-node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(process::new_epoch()) {
+node_runtime::node_runtime(const options& opts)
+    : opts_(opts),
+      epoch_(process::new_epoch()),
+      pid_(::getpid()),
+      log_dir_(opts.log_dir.empty() ? std::string(observe::default_log_dir) : opts.log_dir) {
   int n = opts.num_workers > 0 ? opts.num_workers
                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (n >= process::max_slots)
@@ -85,8 +112,15 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(process::n
   // The arena and control block are mapped before the fork so every process inherits them.
   arena_ = std::make_unique<store::arena>(opts.object_store_bytes ? opts.object_store_bytes
                                                                    : store::arena::default_size());
-  store_ = std::make_unique<object_store>(
-      *arena_, (opts.log_dir.empty() ? std::string("/tmp/manta") : opts.log_dir) + "/spill");
+  store_ = std::make_unique<object_store>(*arena_, log_dir_ + "/spill");
+  store_->set_timeline(&timeline_);
+  if (const char* path = std::getenv("MANTA_TIMELINE"); path && *path) {
+    timeline_path_ = path;
+    timeline_.name_process(pid_, "driver");
+    timeline_.start();
+  }
+  // The tools' socket is named now: the zygote removes it if the driver dies unannounced.
+  const std::string socket = make_log_dir(log_dir_) ? observe::socket_path(log_dir_, pid_, epoch_) : "";
   dir_ = std::make_unique<directory>(epoch_, store_.get());
   control_ = process::map_control_block();
   ipc::make_pipe(doorbell_, 0);
@@ -100,6 +134,7 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(process::n
   zc.num_workers = pool_size_;
   zc.control = control_;
   zc.arena_base = arena_->base();
+  zc.control_socket = socket;
   if (opts_.worker_setup) zc.worker_setup = detail::function_for(opts_.worker_setup).id;
   zygote_ = std::make_unique<zygote_link>(process::start_zygote(zc));
   ipc::set_nonblocking(zygote_->socket(), true);
@@ -110,7 +145,7 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(process::n
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   ipc::own_fd(epoll_fd_);
   sched_ = std::make_unique<scheduler>(
-      scheduler::config{pool_size_, static_cast<std::size_t>(process::max_slots), control_}, *dir_, *store_,
+      scheduler::config{pool_size_, static_cast<std::size_t>(process::max_slots), control_, &timeline_}, *dir_, *store_,
       std::move(ledger), *this);
   {
     scheduler_lock lock(*this);
@@ -152,6 +187,14 @@ node_runtime::node_runtime(const options& opts) : opts_(opts), epoch_(process::n
       sched_->kill_for_memory(m, opts_.memory_threshold);
     });
   start_arena_warming();
+  if (!socket.empty()) {
+    try {
+      address_ = std::make_unique<observe::control_server>(
+          socket, [this](const std::string& request) { return answer(request); });
+    } catch (const std::exception& e) {  // the runtime works without it; the tools will not find it
+      MANTA_WARN << e.what() << "; manta status will not find this runtime";
+    }
+  }
 }
 
 void node_runtime::start_arena_warming() {
@@ -182,10 +225,12 @@ node_runtime::~node_runtime() {
 
 void node_runtime::begin_stop() {
   stopping_.store(true, std::memory_order_release);
+  address_.reset();  // its thread reads the scheduler
   monitor_.reset();  // its thread takes the scheduler's lock
   arena_->stop_warming();  // it reads the control block, unmapped below
   wake_io();
   if (io_thread_.joinable()) io_thread_.join();
+  if (!timeline_path_.empty()) write_timeline(timeline_path_, timeline_.json());
   dir_->wake_all();
   // Threads blocked in get/wait see stopping_ and leave with usage_error.
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
@@ -286,6 +331,7 @@ detail::ref_node* node_runtime::put_extent(std::uint64_t tag, const detail::exte
   if (x.epoch != epoch_ || size > x.size)
     throw usage_error("manta: a buffer from another runtime, or larger than its extent, was put");
   object_entry* e = dir_->create(dir_->next_id(), 1);
+  e->owner = pid_;
   e->type_tag = tag;
   e->size = size;
   e->offset = x.offset;
@@ -298,6 +344,7 @@ detail::ref_node* node_runtime::put_extent(std::uint64_t tag, const detail::exte
 detail::ref_node* node_runtime::put(const detail::encoded_value& v) {
   call_guard guard(*this);
   std::unique_ptr<object_entry> e(dir_->create(dir_->next_id(), 1));
+  e->owner = pid_;
   e->type_tag = v.type_tag;
   e->size = v.size;
   if (v.size <= detail::max_inline_bytes) {
@@ -443,6 +490,7 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   t->num_returns = r.num_returns;
   t->arg_count = r.arg_count;
   t->options = std::move(r.options);
+  if (timeline_.on()) t->submitted_ns = observe::now_ns();
   // Admission reads the ledger's totals, which never change: no lock (submitters
   // never wait on the scheduler's mutex).
   if (auto why = sched_->admit(*t)) throw usage_error(*why);

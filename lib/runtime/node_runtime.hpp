@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,8 @@
 #include <manta/errors.hpp>
 #include <manta/options.hpp>
 
+#include "observe/control_socket.hpp"
+#include "observe/timeline.hpp"
 #include "process/context.hpp"
 #include "process/control.hpp"
 #include "runtime/directory.hpp"
@@ -80,6 +83,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   store::arena& arena() noexcept { return *arena_; }
   detail::spill_counters spilling() const { return store_->stats(); }
   std::size_t object_count() const { return dir_->size(); }
+  /// Where the tools reach this runtime (empty if it could not listen).
+  std::string address() const { return address_ ? address_->path() : std::string(); }
 
  private:
   /// Holds mu_; on release, takes in the submissions queued meanwhile.
@@ -128,6 +133,13 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// The arena's warmer, asking before each step whether a core is idle and memory not short.
   void start_arena_warming();
 
+  // report.cpp: what the tools ask on the control socket
+  /// Answers "status", "memory" or "timeline [seconds]" with a JSON document.
+  std::string answer(const std::string& request);
+  std::string status_json();
+  std::string memory_json();
+  std::string timeline_json(double seconds);
+
   // poller.cpp: the I/O thread and the poll role
   void io_loop();
   int poll_events(int timeout_ms);
@@ -147,6 +159,12 @@ class node_runtime final : public process::process_context, public scheduler_hos
 
   options opts_;
   std::uint32_t epoch_;
+  pid_t pid_;
+  std::string log_dir_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  /// Tasks, spills and deaths, while recording (MANTA_TIMELINE, or manta timeline).
+  observe::timeline timeline_;
+  std::string timeline_path_;  ///< MANTA_TIMELINE: written at shutdown
   std::size_t pool_size_ = 0;
   std::unique_ptr<store::arena> arena_;
   std::unique_ptr<object_store> store_;
@@ -158,6 +176,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::unique_ptr<output_forwarder> output_;
   std::unique_ptr<scheduler> sched_;  ///< guarded by mu_
   std::unique_ptr<memory_monitor> monitor_;  ///< options.memory_threshold; made last, stopped first
+  std::unique_ptr<observe::control_server> address_;  ///< the tools' socket; stopped before the rest
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> lost_{false};  ///< the node lost its zygote: nothing can run any more

@@ -3,6 +3,8 @@
 // count of zero for spilled_mark, so an object somebody reads never moves.
 #include "runtime/object_store.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <system_error>
 #include <utility>
@@ -50,6 +52,9 @@ std::uint64_t object_store::allocate_locked(std::size_t size) {
       }
       arena_.deallocate(std::exchange(e->offset, ipc::no_offset));
       resident_.erase(e);
+      on_disk_.insert(e);
+      if (timeline_ && timeline_->on())
+        timeline_->instant("spill", ::getpid(), std::to_string(e->size) + " bytes to the spill file");
       ++spilled_;
       ++spilled_now_;
       off = arena_.allocate(size);
@@ -84,6 +89,7 @@ void object_store::forget(object_entry* e) noexcept {
   std::lock_guard lock(mu_);
   if (e->pins.load(std::memory_order_acquire) == object_entry::spilled_mark) {
     file_.release(e->spill_at, e->size);
+    on_disk_.erase(e);
     --spilled_now_;
   } else {
     resident_.erase(e);
@@ -113,6 +119,7 @@ void object_store::restore(object_entry* e) {
     throw error(std::string("manta: a spilled object could not be restored: ") + x.what());
   }
   file_.release(e->spill_at, e->size);
+  on_disk_.erase(e);
   --spilled_now_;
   ++restored_;
   e->offset = off;

@@ -14,6 +14,7 @@
 
 #include <manta/detail/introspect.hpp>
 
+#include "observe/timeline.hpp"
 #include "store/arena.hpp"
 #include "store/spill_file.hpp"
 
@@ -49,6 +50,16 @@ class object_store {
   void unpin(object_entry* e) noexcept;
 
   detail::spill_counters stats() const;
+  /// Calls `f(const object_entry&, bool spilled)` for every object in the arena
+  /// or the spill file, holding the store's lock (no entry is freed meanwhile).
+  template <class F>
+  void for_each(F f) const {
+    std::lock_guard lock(mu_);
+    for (const object_entry* e : resident_) f(*e, false);
+    for (const object_entry* e : on_disk_) f(*e, true);
+  }
+  /// Where spills are recorded while it records (or null).
+  void set_timeline(observe::timeline* t) noexcept { timeline_ = t; }
 
  private:
   std::uint64_t allocate_locked(std::size_t size);
@@ -58,6 +69,8 @@ class object_store {
   mutable std::mutex mu_;  // spilling and restoring; below the scheduler's mutex
   store::spill_file file_;
   std::unordered_set<object_entry*> resident_;  ///< tracked objects in the arena
+  std::unordered_set<object_entry*> on_disk_;   ///< tracked objects in the spill file
+  observe::timeline* timeline_ = nullptr;
   std::atomic<std::uint64_t> clock_{0};         ///< stamps uses, for least-recently-used order
   std::uint64_t spilled_ = 0, restored_ = 0, spilled_now_ = 0;
 };

@@ -69,6 +69,8 @@ void scheduler::spawned(int slot, pid_t pid, int to_process, int from_process) {
   w.place.holds_cpu = false;
   w.place.usable = !w.actor;
   w.st.store(worker_link::state::alive, std::memory_order_release);
+  if (cfg_.timeline && cfg_.timeline->on())
+    cfg_.timeline->name_process(pid, w.actor ? "actor " + w.actor->label : "worker " + std::to_string(slot));
   if (w.actor) send_constructor(w, *w.actor);
   dispatch();
 }
@@ -137,7 +139,10 @@ void scheduler::exited(worker_link& w, int status) {
   if (w.st == worker_link::state::dead) return;
   const std::string cause = w.kill_reason.empty() ? describe_exit(status) : w.kill_reason;
   MANTA_DEBUG << "worker pid " << w.pid << " ended: " << cause;
-  if (!stopping_ && !w.retiring) processes_lost_.fetch_add(1, std::memory_order_relaxed);
+  if (!stopping_ && !w.retiring) {
+    processes_lost_.fetch_add(1, std::memory_order_relaxed);
+    if (cfg_.timeline && cfg_.timeline->on()) cfg_.timeline->instant("process died", w.pid, cause);
+  }
   if (w.actor) actor_host_died(w, cause);
   else pool_worker_died(w, status);
   if (cfg_.control) {  // a dead process computes and spins no more (core_free)

@@ -283,6 +283,7 @@ void scheduler::fail_task(task_spec* first, ipc::failure_ptr why, bool in_flight
     e->subscribers.clear();
   }
   std::vector<actor_record*> unblocked;  // actors whose queue loses a call not sent yet
+  tasks_failed_.fetch_add(spread.tasks.size(), std::memory_order_relaxed);
   for (task_spec* t : spread.tasks) {
     if (t->is_call() && t->worker < 0) unblocked.push_back(t->actor);
     if (t->mode == detail::call_mode::construct && t->actor && t->actor->pending_ctor == t) {

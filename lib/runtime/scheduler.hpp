@@ -21,8 +21,10 @@
 #include <vector>
 
 #include <manta/detail/introspect.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "ipc/channel.hpp"
+#include "observe/timeline.hpp"
 #include "process/control.hpp"
 #include "ipc/messages.hpp"
 #include "runtime/actor_record.hpp"
@@ -91,6 +93,8 @@ class scheduler {
     std::size_t max_slots = 1;  ///< pool workers plus actor hosts
     /// Shared with the processes: their sequence words and running tasks.
     process::control_block* control = nullptr;
+    /// Where tasks, deaths and process names are recorded while it records (or null).
+    observe::timeline* timeline = nullptr;
   };
   scheduler(config c, directory& dir, object_store& store, resource_ledger ledger, scheduler_host& host);
   ~scheduler();
@@ -177,9 +181,19 @@ class scheduler {
   }
   std::size_t pool_size() const noexcept { return cfg_.pool_size; }
   const task_graph& graph() const noexcept { return graph_; }
+  /// Tasks (and calls) whose results failed, since the start.
+  std::uint64_t tasks_failed() const noexcept { return tasks_failed_.load(std::memory_order_relaxed); }
+  /// What `manta status` shows of the scheduler: processes, tasks, actors.
+  nlohmann::json status_report() const;
+  /// Names every live process in the timeline ("worker 2", "actor Counter").
+  void name_processes() const;
+  /// Pids of the processes holding a ref to each object they hold.
+  std::unordered_map<object_id, std::vector<pid_t>> holders() const;
   placement& placer() noexcept { return place_; }
 
  private:
+  /// Adds `t`'s run, as `w` reported it, to the timeline.
+  void record(const worker_link& w, const task_spec& t, const ipc::task_done& m);
   // scheduler.cpp: tasks
   void register_task(task_spec* t);
   void enqueue(task_spec* t) { graph_.enter(t, graph_.ready()); }
@@ -281,6 +295,7 @@ class scheduler {
   void note_next_timeout() noexcept;
   bool stopping_ = false;
   std::atomic<std::uint64_t> tasks_finished_{0}, task_retries_{0}, processes_lost_{0}, actor_restarts_{0};
+  std::atomic<std::uint64_t> tasks_failed_{0};
   // Scratch for send_task.
   std::vector<ipc::value_location> send_args_;
   std::vector<object_id> send_ids_;

@@ -35,6 +35,11 @@ class task_graph {
   /// The keys of every task (to visit them while some are removed).
   std::vector<std::uint64_t> keys() const;
   std::size_t size() const noexcept { return tasks_.size(); }
+  /// Calls `f(const task_spec&)` for every task (reports; nothing may change meanwhile).
+  template <class F>
+  void for_each(F f) const {
+    for (const auto& kv : tasks_) f(static_cast<const task_spec&>(*kv.second));
+  }
   /// Deletes `t`, after taking it out of its lane, out of its arguments'
   /// dependents and off its returns as their producer.
   void remove(task_spec* t);

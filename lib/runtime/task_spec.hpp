@@ -47,6 +47,7 @@ struct task_spec : pool_allocated {
   std::vector<object_entry*> contained; ///< counted
   std::vector<object_entry*> returns;   ///< counted
   std::uint64_t parent = 0;  ///< the task that submitted it from a worker, or 0
+  std::uint64_t submitted_ns = 0;  ///< when it was submitted, while the timeline records
 
   // Kept by the task graph.
   int pending_deps = 0;  ///< arguments not sealed yet

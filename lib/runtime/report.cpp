@@ -1,0 +1,212 @@
+// runtime/report.cpp: what the tools ask on the control socket (manta status,
+// manta memory, manta timeline), answered as JSON from the scheduler, the
+// directory and the object store, each read under its own lock.
+#include <cstdio>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/node_runtime.hpp"
+#include "runtime/task_spec.hpp"
+
+namespace manta::runtime {
+namespace {
+
+using nlohmann::json;
+
+std::string hex_id(const object_id& id) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(id.hi),
+                static_cast<unsigned long long>(id.lo));
+  return buf;
+}
+
+const char* actor_state(actor_record::state s) {
+  switch (s) {
+    case actor_record::state::waiting: return "waiting for resources";
+    case actor_record::state::starting: return "starting";
+    case actor_record::state::constructing: return "constructing";
+    case actor_record::state::alive: return "alive";
+    case actor_record::state::dead: return "dead";
+  }
+  return "?";
+}
+
+/// Names may hold any bytes: invalid UTF-8 is replaced, never thrown on.
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+}  // namespace
+
+json scheduler::status_report() const {
+  json processes = json::array();
+  std::size_t busy = 0;
+  for (int i = 0; i < slots_in_use(); ++i) {
+    const worker_link& w = *links_[static_cast<std::size_t>(i)];
+    auto st = w.st.load(std::memory_order_acquire);
+    if (st == worker_link::state::dead) continue;
+    json tasks = json::array();
+    for (const task_spec* t : w.place.in_flight) {
+      if (tasks.size() == 8) break;  // a queue behind it: the first few say enough
+      tasks.push_back(t->name());
+    }
+    const char* state = st == worker_link::state::starting ? "starting"
+                        : w.place.in_flight.empty()        ? "idle"
+                        : w.place.blocked == static_cast<int>(w.place.in_flight.size()) ? "waiting"
+                                                                                         : "busy";
+    busy += std::string_view(state) == "busy";
+    json p = {{"slot", w.slot},
+              {"pid", w.pid},
+              {"kind", w.actor ? "actor" : "worker"},
+              {"state", state},
+              {"tasks_in_flight", w.place.in_flight.size()},
+              {"current", std::move(tasks)}};
+    if (w.actor) p["actor"] = w.actor->label;
+    processes.push_back(std::move(p));
+  }
+  std::size_t waiting = 0, queued = 0, running = 0;
+  graph_.for_each([&](const task_spec& t) {
+    if (t.worker >= 0) ++running;
+    else if (t.pending_deps > 0) ++waiting;
+    else ++queued;
+  });
+  json actors = json::array();
+  for (const auto& a : actors_) {
+    if (a->st == actor_record::state::dead && !a->entry) continue;  // gone, and nobody can call it
+    json j = {{"class", a->label}, {"state", actor_state(a->st)}, {"restarts", a->restarts},
+              {"queued_calls", a->queue.size()}};
+    if (!a->name.empty()) j["name"] = a->name;
+    if (a->host >= 0) {
+      const worker_link& host = *links_[static_cast<std::size_t>(a->host)];
+      if (host.st.load() == worker_link::state::alive) j["pid"] = host.pid;
+    }
+    actors.push_back(std::move(j));
+  }
+  return {{"processes", std::move(processes)},
+          {"pool_workers", cfg_.pool_size},
+          {"busy_workers", busy},
+          {"actors", std::move(actors)},
+          {"tasks",
+           {{"waiting_for_arguments", waiting},
+            {"queued", queued},
+            {"running", running},
+            {"finished", tasks_finished_.load()},
+            {"failed", tasks_failed_.load()},
+            {"retried", task_retries_.load()}}},
+          {"resources", {{"total", ledger_.totals()}, {"available", ledger_.available()}}},
+          {"processes_lost", processes_lost_.load()},
+          {"actor_restarts", actor_restarts_.load()}};
+}
+
+std::unordered_map<object_id, std::vector<pid_t>> scheduler::holders() const {
+  std::unordered_map<object_id, std::vector<pid_t>> by_object;
+  for (int i = 0; i < slots_in_use(); ++i) {
+    const worker_link& w = *links_[static_cast<std::size_t>(i)];
+    if (w.st.load(std::memory_order_acquire) == worker_link::state::dead) continue;
+    for (const auto& [id, pinned] : w.holds) by_object[id].push_back(w.pid);
+  }
+  return by_object;
+}
+
+std::string node_runtime::answer(const std::string& request) {
+  std::istringstream in(request);
+  std::string verb;
+  in >> verb;
+  if (verb == "status") return status_json();
+  if (verb == "memory") return memory_json();
+  if (verb == "timeline") {
+    double seconds = 5;
+    in >> seconds;
+    return timeline_json(seconds);
+  }
+  return dump({{"error", "unknown request '" + request + "' (status, memory, timeline [seconds])"}});
+}
+
+std::string node_runtime::status_json() {
+  json j;
+  {
+    scheduler_lock lock(*this);
+    j = sched_->status_report();
+  }
+  auto spill = store_->stats();
+  j["runtime"] = {{"pid", pid_},
+                  {"epoch", epoch_},
+                  {"log_dir", log_dir_},
+                  {"socket", address()},
+                  {"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()},
+                  {"timeline_recording", timeline_.on()}};
+  j["objects"] = {{"count", dir_->size()},
+                  {"arena_used_bytes", arena_->used_bytes()},
+                  {"arena_capacity_bytes", arena_->capacity()},
+                  {"spilled_objects", spill.spilled_now},
+                  {"spilled_bytes", spill.disk_bytes},
+                  {"spilled_since_start", spill.spilled},
+                  {"restored_since_start", spill.restored}};
+  return dump(j);
+}
+
+std::string node_runtime::memory_json() {
+  // Lock order: the scheduler's, then the store's (which keeps every listed entry alive).
+  scheduler_lock lock(*this);
+  auto holders = sched_->holders();
+  json objects = json::array();
+  std::uint64_t arena_bytes = 0, spilled_bytes = 0;
+  store_->for_each([&](const object_entry& e, bool spilled) {
+    std::int32_t pins = e.pins.load(std::memory_order_relaxed);
+    json o = {{"id", hex_id(e.id)},
+              {"size", e.size},
+              {"where", spilled ? "spill file" : "arena"},
+              {"pinned", spilled ? 0 : std::max(pins, 0)},
+              {"references", e.count.load(std::memory_order_relaxed)},
+              {"owner_pid", e.owner},
+              {"made_by", e.made_by ? "task " + e.made_by->name : std::string("put")}};
+    if (e.actor) o["made_by"] = "actor " + e.actor->label;
+    if (auto it = holders.find(e.id); it != holders.end()) o["held_by_pids"] = it->second;
+    if (spilled) spilled_bytes += e.size;
+    else arena_bytes += e.size;
+    objects.push_back(std::move(o));
+  });
+  std::size_t listed = objects.size();
+  json j = {{"objects", std::move(objects)},
+            {"summary",
+             {{"listed", listed},
+              {"arena_bytes", arena_bytes},
+              {"spilled_bytes", spilled_bytes},
+              // Values up to max_inline_bytes live in the driver's heap, and
+              // results not made yet have no bytes: counted, not listed.
+              {"inline_or_pending", dir_->size() > listed ? dir_->size() - listed : 0},
+              {"inline_limit_bytes", detail::max_inline_bytes},
+              {"arena_used_bytes", arena_->used_bytes()},
+              {"arena_capacity_bytes", arena_->capacity()}}}};
+  return dump(j);
+}
+
+void scheduler::name_processes() const {
+  for (int i = 0; i < slots_in_use(); ++i) {
+    const worker_link& w = *links_[static_cast<std::size_t>(i)];
+    if (w.st.load(std::memory_order_acquire) == worker_link::state::alive)
+      cfg_.timeline->name_process(w.pid, w.actor ? "actor " + w.actor->label : "worker " + std::to_string(w.slot));
+  }
+}
+
+std::string node_runtime::timeline_json(double seconds) {
+  if (timeline_.on()) return timeline_.json();  // recording since init: everything so far
+  // Not recording: record for a while, answer, and stop (the events go with it).
+  seconds = std::clamp(seconds, 0.0, 60.0);
+  timeline_.clear();
+  timeline_.name_process(pid_, "driver");
+  timeline_.start();
+  {
+    scheduler_lock lock(*this);
+    sched_->name_processes();
+  }
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < until && !stopping_.load(std::memory_order_acquire))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  timeline_.stop();
+  std::string out = timeline_.json();
+  timeline_.clear();
+  return out;
+}
+
+}  // namespace manta::runtime

@@ -1,0 +1,318 @@
+// observe_test.cpp: the runtime's control socket and the manta command line
+// (status, memory, timeline), run as a user runs them, against real runtimes.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "observe/control_socket.hpp"
+#include "support.hpp"
+
+namespace {
+
+using nlohmann::json;
+using manta::testing::eventually;
+
+std::vector<double> make_big(int n) { return std::vector<double>(static_cast<std::size_t>(n), 2.0); }
+MANTA_REMOTE(make_big);
+int add_one(int x) { return x + 1; }
+MANTA_REMOTE(add_one);
+int fail_always(int) { throw std::runtime_error("no"); }
+MANTA_REMOTE(fail_always);
+int sleep_ms(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return ms;
+}
+MANTA_REMOTE(sleep_ms);
+
+struct tally {
+  int n = 0;
+  int add(int k) { return n += k; }
+};
+MANTA_ACTOR(tally, &tally::add);
+
+struct cli_result {
+  int rc = -1;
+  std::string out;
+};
+
+/// Runs the manta command line (bounded by timeout(1) besides its own limits).
+cli_result run_cli(const std::string& args) {
+  std::string cmd = "timeout 30 " MANTA_CLI_PATH " " + args + " 2>&1";
+  cli_result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+json cli_json(const std::string& args) {
+  cli_result r = run_cli(args);
+  EXPECT_EQ(r.rc, 0) << r.out;
+  return json::parse(r.out);
+}
+
+std::string hex(const manta::object_id& id) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(id.hi),
+                static_cast<unsigned long long>(id.lo));
+  return buf;
+}
+
+class observe : public manta::testing::runtime_fixture {
+ protected:
+  void SetUp() override {
+    dir_ = manta::testing::temp_path("observe");
+    start(2, {.log_dir = dir_});
+  }
+  void TearDown() override {
+    runtime_fixture::TearDown();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string at() const { return "--log-dir " + dir_; }
+  std::string dir_;
+};
+
+TEST_F(observe, the_runtime_answers_on_a_socket_only_its_user_can_open) {
+  auto found = manta::observe::find_runtimes(dir_);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].pid, ::getpid());
+  struct stat st {};
+  ASSERT_EQ(::stat(found[0].socket.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  json bad = json::parse(manta::observe::ask(found[0].socket, "frobnicate"));
+  EXPECT_NE(bad["error"].get<std::string>().find("unknown request 'frobnicate'"), std::string::npos);
+}
+
+TEST_F(observe, status_matches_what_the_program_made) {
+  auto actor = manta::actor<tally>().name("counts").remote();
+  ASSERT_EQ(manta::get(actor.task(&tally::add).remote(3)), 3);
+  std::vector<manta::object_ref<int>> refs;
+  for (int i = 0; i < 10; ++i) refs.push_back(manta::task(add_one).remote(i));
+  for (auto& r : refs) manta::get(r);
+  auto failed = manta::task(fail_always).max_retries(0).remote(1);
+  EXPECT_THROW(manta::get(failed), manta::task_error);
+  auto big = manta::put(make_big(1 << 18));  // 2 MB: in the arena
+
+  json s = cli_json("status --json " + at());
+  EXPECT_EQ(s["runtime"]["pid"].get<int>(), ::getpid());
+  EXPECT_EQ(s["pool_workers"].get<int>(), 2);
+  int workers = 0, actors = 0;
+  for (const auto& p : s["processes"]) {
+    if (p["kind"] == "worker") ++workers;
+    if (p["kind"] == "actor") {
+      ++actors;
+      EXPECT_EQ(p["actor"].get<std::string>(), "tally 'counts'");
+    }
+  }
+  EXPECT_EQ(workers, 2);
+  EXPECT_EQ(actors, 1);
+  ASSERT_EQ(s["actors"].size(), 1u);
+  EXPECT_EQ(s["actors"][0]["name"], "counts");
+  EXPECT_EQ(s["actors"][0]["state"], "alive");
+  auto counters = manta::detail::counters();
+  EXPECT_EQ(s["tasks"]["finished"].get<std::uint64_t>(), counters.tasks_finished);
+  EXPECT_GE(s["tasks"]["finished"].get<std::uint64_t>(), 11u);
+  EXPECT_EQ(s["tasks"]["failed"].get<std::uint64_t>(), 1u);
+  EXPECT_EQ(s["tasks"]["running"].get<int>(), 0);
+  EXPECT_EQ(s["tasks"]["queued"].get<int>(), 0);
+  EXPECT_EQ(s["objects"]["count"].get<std::size_t>(), manta::detail::object_count());
+  EXPECT_EQ(s["objects"]["arena_used_bytes"].get<std::size_t>(), manta::detail::arena_used_bytes());
+  EXPECT_EQ(s["resources"]["total"]["CPU"].get<double>(), 2.0);
+
+  cli_result text = run_cli("status " + at());
+  EXPECT_EQ(text.rc, 0);
+  EXPECT_NE(text.out.find("tally 'counts'"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("1 failed"), std::string::npos) << text.out;
+}
+
+TEST_F(observe, status_shows_running_and_queued_tasks) {
+  // Two workers each run one sleeper; the rest queue, or wait for an argument.
+  std::vector<manta::object_ref<int>> refs;
+  for (int i = 0; i < 6; ++i) refs.push_back(manta::task(sleep_ms).remote(1500));
+  auto after = manta::task(add_one).remote(refs.back());
+  ASSERT_TRUE(eventually([&] {
+    json s = cli_json("status --json " + at());
+    return s["tasks"]["running"].get<int>() == 2 && s["busy_workers"].get<int>() == 2;
+  }));
+  json s = cli_json("status --json " + at());
+  EXPECT_EQ(s["tasks"]["running"].get<int>() + s["tasks"]["queued"].get<int>(), 6) << s.dump();
+  EXPECT_EQ(s["tasks"]["waiting_for_arguments"].get<int>(), 1);
+  for (const auto& p : s["processes"]) {
+    if (p["kind"] != "worker") continue;
+    EXPECT_EQ(p["state"], "busy");
+    EXPECT_EQ(p["current"][0], "sleep_ms");
+  }
+  for (auto& r : refs) manta::cancel(r);
+}
+
+TEST_F(observe, memory_lists_every_arena_object_with_its_owner_and_maker) {
+  auto put = manta::put(make_big(1 << 18));                          // 2 MB, put by the driver
+  auto made = manta::task(make_big).remote(1 << 17);                 // 1 MB, made by a worker
+  auto small = manta::put(7);                                        // inline: counted, not listed
+  ASSERT_EQ(manta::get(made).size(), std::size_t{1} << 17);
+  json m = cli_json("memory --json " + at());
+  const json* from_put = nullptr;
+  const json* from_task = nullptr;
+  for (const auto& o : m["objects"]) {
+    if (o["id"] == hex(put.id())) from_put = &o;
+    if (o["id"] == hex(made.id())) from_task = &o;
+  }
+  ASSERT_TRUE(from_put) << m.dump();
+  ASSERT_TRUE(from_task) << m.dump();
+  EXPECT_GE((*from_put)["size"].get<std::size_t>(), std::size_t{8} << 18);
+  EXPECT_EQ((*from_put)["made_by"], "put");
+  EXPECT_EQ((*from_put)["owner_pid"].get<int>(), ::getpid());
+  EXPECT_EQ((*from_put)["where"], "arena");
+  EXPECT_GE((*from_put)["references"].get<int>(), 1);
+  EXPECT_EQ((*from_task)["made_by"], "task make_big");
+  auto pids = manta::detail::runtime_process_ids();
+  EXPECT_NE(std::find(pids.begin(), pids.end(), (*from_task)["owner_pid"].get<int>()), pids.end());
+  EXPECT_EQ(m["summary"]["listed"].get<std::size_t>(), m["objects"].size());
+  EXPECT_GE(m["summary"]["inline_or_pending"].get<std::size_t>(), 1u);
+  cli_result text = run_cli("memory " + at());
+  EXPECT_NE(text.out.find(hex(put.id())), std::string::npos) << text.out;
+  (void)small;
+}
+
+TEST_F(observe, memory_shows_spilled_objects_where_they_are) {
+  manta::shutdown();
+  manta::init({.num_workers = 1, .object_store_bytes = 8 << 20, .log_dir = dir_});
+  pids_ = manta::detail::runtime_process_ids();
+  std::vector<manta::object_ref<std::vector<double>>> refs;
+  for (int i = 0; i < 4; ++i) refs.push_back(manta::put(make_big(3 << 17)));  // 3 MB each in 8 MB
+  ASSERT_GE(manta::detail::spilling().spilled_now, 1u);
+  json m = cli_json("memory --json " + at());
+  int spilled = 0;
+  for (const auto& o : m["objects"]) spilled += o["where"] == "spill file";
+  EXPECT_EQ(static_cast<std::uint64_t>(spilled), manta::detail::spilling().spilled_now);
+  EXPECT_EQ(m["objects"].size(), 4u);
+}
+
+TEST_F(observe, the_tools_choose_among_several_runtimes_only_when_told) {
+  // A second runtime answering in the same log_dir (a listener with this pid and another epoch).
+  manta::observe::control_server other(manta::observe::socket_path(dir_, ::getpid(), 0x1234),
+                                       [](const std::string&) { return std::string("{\"other\": true}"); });
+  cli_result r = run_cli("status " + at());
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("several manta runtimes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(other.path()), std::string::npos) << r.out;
+  json s = cli_json("status --json " + at() + " --address " + manta::observe::find_runtimes(dir_)[0].socket);
+  (void)s;
+  // A socket whose driver is gone is removed, not listed.
+  std::string stale = manta::observe::socket_path(dir_, 999999, 1);
+  std::ofstream(stale).put('x');
+  auto found = manta::observe::find_runtimes(dir_);
+  EXPECT_EQ(found.size(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(stale));
+}
+
+TEST(observe_alone, a_driver_killed_leaves_no_socket_and_no_runtime_is_found) {
+  std::string dir = manta::testing::temp_path("observe-kill");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    manta::init({.num_workers = 1, .log_dir = dir});
+    char c = 1;
+    if (::write(ready[1], &c, 1) != 1) ::_exit(2);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(manta::observe::find_runtimes(dir).size(), 1u);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  // Its zygote sees it go and removes the socket.
+  EXPECT_TRUE(eventually([&] {
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.path().extension() == ".sock") return false;
+    return true;
+  }));
+  cli_result r = run_cli("status --log-dir " + dir);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("no manta runtime answers"), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(observe_alone, MANTA_TIMELINE_writes_one_event_per_task_and_call) {
+  std::string dir = manta::testing::temp_path("observe-timeline");
+  std::string path = dir + "/trace.json";
+  std::filesystem::create_directories(dir);
+  ::setenv("MANTA_TIMELINE", path.c_str(), 1);
+  manta::init({.num_workers = 2, .log_dir = dir});
+  ::unsetenv("MANTA_TIMELINE");
+  auto pids = manta::detail::runtime_process_ids();
+  std::vector<manta::object_ref<int>> refs;
+  for (int i = 0; i < 20; ++i) refs.push_back(manta::task(add_one).remote(i));
+  auto actor = manta::actor<tally>().remote();
+  for (int i = 0; i < 5; ++i) refs.push_back(actor.task(&tally::add).remote(1));
+  auto big = manta::task(make_big).remote(1 << 17);
+  for (auto& r : refs) manta::get(r);
+  manta::get(big);
+  manta::shutdown();
+
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path;
+  json trace = json::parse(in);
+  int tasks = 0, calls = 0, named = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M") ++named;
+    if (e["ph"] != "X") continue;
+    EXPECT_GE(e["ts"].get<double>(), 0.0);
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    EXPECT_GE(e["args"]["queued_us"].get<double>(), 0.0);
+    if (e["name"] == "add_one") {
+      ++tasks;
+      EXPECT_EQ(e["cat"], "task");
+      EXPECT_NE(std::find(pids.begin(), pids.end(), e["pid"].get<int>()), pids.end());
+    }
+    if (e["cat"] == "actor") ++calls;
+    if (e["name"] == "make_big") {
+      EXPECT_GE(e["args"]["result_bytes"].get<std::uint64_t>(), 8u << 17);
+    }
+  }
+  EXPECT_EQ(tasks, 20);
+  EXPECT_GE(calls, 5);  // and the constructor
+  EXPECT_GE(named, 3);  // the driver and the two workers
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(observe, manta_timeline_records_a_running_program_for_a_while) {
+  std::atomic<bool> stop{false};
+  std::thread submitter([&] {
+    while (!stop) manta::get(manta::task(sleep_ms).remote(5));
+  });
+  std::string path = dir_ + "/live.json";
+  cli_result r = run_cli("timeline --seconds 1 --output " + path + " " + at());
+  stop = true;
+  submitter.join();
+  ASSERT_EQ(r.rc, 0) << r.out;
+  std::ifstream in(path);
+  json trace = json::parse(in);
+  int sleeps = 0;
+  for (const auto& e : trace["traceEvents"]) sleeps += e["ph"] == "X" && e["name"] == "sleep_ms";
+  EXPECT_GT(sleeps, 10);  // about 1 s of 5 ms tasks, one at a time
+  EXPECT_NE(r.out.find("events to " + path), std::string::npos);
+}
+
+}  // namespace

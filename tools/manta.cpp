@@ -1,0 +1,191 @@
+// tools/manta.cpp: the manta command line. It talks to a running runtime over
+// its control socket (observe/control_socket.hpp): status, memory, timeline.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "observe/control_socket.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+struct target {
+  std::string address;  ///< a socket path, or a driver's pid
+  std::string log_dir = manta::observe::default_log_dir;
+};
+
+/// The socket to ask: --address (a path or a pid), else the only runtime in log_dir.
+/// @throws std::runtime_error naming what to do when there is none, or several.
+std::string resolve(const target& t) {
+  auto found = manta::observe::find_runtimes(t.log_dir);
+  if (!t.address.empty()) {
+    if (t.address.find_first_not_of("0123456789") != std::string::npos) return t.address;
+    for (const auto& r : found)
+      if (std::to_string(r.pid) == t.address) return r.socket;
+    throw std::runtime_error("no manta runtime of pid " + t.address + " answers in " + t.log_dir);
+  }
+  if (found.empty())
+    throw std::runtime_error("no manta runtime answers in " + t.log_dir +
+                             " (is one running? give --log-dir if it uses another log_dir)");
+  if (found.size() > 1) {
+    std::string list;
+    for (const auto& r : found) list += "\n  pid " + std::to_string(r.pid) + "  " + r.socket;
+    throw std::runtime_error("several manta runtimes answer in " + t.log_dir + "; choose one with --address:" + list);
+  }
+  return found[0].socket;
+}
+
+json ask_json(const target& t, const std::string& request, int timeout_ms = 10000) {
+  std::string reply = manta::observe::ask(resolve(t), request, timeout_ms);
+  json j = json::parse(reply);
+  if (j.contains("error")) throw std::runtime_error("the runtime says: " + j["error"].get<std::string>());
+  return j;
+}
+
+std::string bytes(double b) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, units[u]);
+  return buf;
+}
+
+void print_status(const json& s) {
+  const json& rt = s["runtime"];
+  std::printf("manta runtime: driver pid %d, up %.1f s, log_dir %s\n", rt["pid"].get<int>(),
+              rt["uptime_s"].get<double>(), rt["log_dir"].get<std::string>().c_str());
+  std::printf("\n%-5s %-8s %-7s %-8s %s\n", "SLOT", "PID", "KIND", "STATE", "RUNNING");
+  for (const auto& p : s["processes"]) {
+    std::string current;
+    for (const auto& t : p["current"]) current += (current.empty() ? "" : ", ") + t.get<std::string>();
+    if (p.contains("actor")) current = p["actor"].get<std::string>() + (current.empty() ? "" : ": " + current);
+    std::printf("%-5d %-8d %-7s %-8s %s\n", p["slot"].get<int>(), p["pid"].get<int>(),
+                p["kind"].get<std::string>().c_str(), p["state"].get<std::string>().c_str(), current.c_str());
+  }
+  const json& t = s["tasks"];
+  std::printf("\ntasks: %llu running, %llu queued, %llu waiting for arguments; %llu finished, %llu failed, %llu retried\n",
+              t["running"].get<unsigned long long>(), t["queued"].get<unsigned long long>(),
+              t["waiting_for_arguments"].get<unsigned long long>(), t["finished"].get<unsigned long long>(),
+              t["failed"].get<unsigned long long>(), t["retried"].get<unsigned long long>());
+  std::string res;
+  for (const auto& [name, total] : s["resources"]["total"].items()) {
+    double avail = s["resources"]["available"].value(name, 0.0);
+    char buf[160];
+    double used = total.get<double>() - avail;
+    if (name == "memory")
+      std::snprintf(buf, sizeof buf, "%s%s %s of %s in use", res.empty() ? "" : ", ", name.c_str(),
+                    bytes(used).c_str(), bytes(total.get<double>()).c_str());
+    else
+      std::snprintf(buf, sizeof buf, "%s%s %g of %g in use", res.empty() ? "" : ", ", name.c_str(), used,
+                    total.get<double>());
+    res += buf;
+  }
+  std::printf("resources: %s\n", res.c_str());
+  if (!s["actors"].empty()) {
+    std::printf("actors:");
+    for (const auto& a : s["actors"])
+      std::printf(" %s (%s, %zu queued)", a["class"].get<std::string>().c_str(), a["state"].get<std::string>().c_str(),
+                  a["queued_calls"].get<std::size_t>());
+    std::printf("\n");
+  }
+  const json& o = s["objects"];
+  std::printf("objects: %llu; arena %s of %s in use; spilled %llu (%s on disk)\n",
+              o["count"].get<unsigned long long>(), bytes(o["arena_used_bytes"].get<double>()).c_str(),
+              bytes(o["arena_capacity_bytes"].get<double>()).c_str(), o["spilled_objects"].get<unsigned long long>(),
+              bytes(o["spilled_bytes"].get<double>()).c_str());
+  std::printf("processes lost: %llu, actor restarts: %llu\n", s["processes_lost"].get<unsigned long long>(),
+              s["actor_restarts"].get<unsigned long long>());
+}
+
+void print_memory(const json& m) {
+  std::printf("%-32s %10s %-10s %6s %5s %-8s %-24s %s\n", "ID", "SIZE", "WHERE", "PINNED", "REFS", "OWNER",
+              "MADE BY", "HELD BY");
+  for (const auto& o : m["objects"]) {
+    std::string held;
+    if (o.contains("held_by_pids"))
+      for (const auto& p : o["held_by_pids"]) held += (held.empty() ? "" : ",") + std::to_string(p.get<int>());
+    std::printf("%-32s %10s %-10s %6d %5lld %-8d %-24s %s\n", o["id"].get<std::string>().c_str(),
+                bytes(o["size"].get<double>()).c_str(), o["where"].get<std::string>().c_str(), o["pinned"].get<int>(),
+                o["references"].get<long long>(), o["owner_pid"].get<int>(), o["made_by"].get<std::string>().c_str(),
+                held.c_str());
+  }
+  const json& s = m["summary"];
+  std::printf("\n%llu objects listed: %s in the arena, %s spilled; %llu more are inline values (up to %s) or "
+              "not made yet; arena %s of %s in use\n",
+              s["listed"].get<unsigned long long>(), bytes(s["arena_bytes"].get<double>()).c_str(),
+              bytes(s["spilled_bytes"].get<double>()).c_str(), s["inline_or_pending"].get<unsigned long long>(),
+              bytes(s["inline_limit_bytes"].get<double>()).c_str(), bytes(s["arena_used_bytes"].get<double>()).c_str(),
+              bytes(s["arena_capacity_bytes"].get<double>()).c_str());
+}
+
+void add_target(CLI::App* cmd, target& t) {
+  cmd->add_option("--address", t.address, "the runtime's socket, or its driver's pid (default: the only one running)");
+  cmd->add_option("--log-dir", t.log_dir, "where runtimes put their sockets")->capture_default_str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"manta: see what a running manta program does"};
+  app.require_subcommand(1);
+  target t;
+  bool as_json = false;
+
+  auto* status = app.add_subcommand("status", "processes, tasks, resources and objects of a runtime");
+  add_target(status, t);
+  status->add_flag("--json", as_json, "print the JSON the runtime sent");
+
+  auto* memory = app.add_subcommand("memory", "every object in the arena or spill file: size, place, references");
+  add_target(memory, t);
+  memory->add_flag("--json", as_json, "print the JSON the runtime sent");
+
+  std::string output;
+  double seconds = 5;
+  auto* timeline = app.add_subcommand("timeline", "write a Chrome trace (open it in Perfetto) of what runs");
+  add_target(timeline, t);
+  timeline->add_option("--output,-o", output, "where to write the trace")->required();
+  timeline->add_option("--seconds", seconds, "how long to record, unless MANTA_TIMELINE records already")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 60.0));
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (status->parsed()) {
+      json s = ask_json(t, "status");
+      if (as_json) std::cout << s.dump(2) << "\n";
+      else print_status(s);
+    } else if (memory->parsed()) {
+      json m = ask_json(t, "memory");
+      if (as_json) std::cout << m.dump(2) << "\n";
+      else print_memory(m);
+    } else if (timeline->parsed()) {
+      std::string socket = resolve(t);
+      std::string trace = manta::observe::ask(socket, "timeline " + std::to_string(seconds),
+                                              static_cast<int>(seconds * 1000) + 10000);
+      json j = json::parse(trace);
+      if (j.contains("error")) throw std::runtime_error("the runtime says: " + j["error"].get<std::string>());
+      std::ofstream out(output, std::ios::binary | std::ios::trunc);
+      out << trace;
+      out.close();
+      if (!out) throw std::runtime_error("cannot write " + output);
+      std::size_t events = j["traceEvents"].size();
+      std::printf("wrote %zu events to %s (open it in https://ui.perfetto.dev or chrome://tracing)\n", events,
+                  output.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "manta: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
