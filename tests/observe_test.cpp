@@ -35,6 +35,13 @@ int sleep_ms(int ms) {
 }
 MANTA_REMOTE(sleep_ms);
 
+int chatty(int x) {
+  std::printf("out line %d from %d\n", x, ::getpid());
+  std::fprintf(stderr, "err line %d\n", x);
+  return ::getpid();
+}
+MANTA_REMOTE(chatty);
+
 struct tally {
   int n = 0;
   int add(int k) { return n += k; }
@@ -203,6 +210,21 @@ TEST_F(observe, memory_shows_spilled_objects_where_they_are) {
   for (const auto& o : m["objects"]) spilled += o["where"] == "spill file";
   EXPECT_EQ(static_cast<std::uint64_t>(spilled), manta::detail::spilling().spilled_now);
   EXPECT_EQ(m["objects"].size(), 4u);
+}
+
+TEST_F(observe, each_worker_keeps_its_output_in_a_log_file) {
+  int pid = manta::get(manta::task(chatty).remote(42));
+  std::string path = dir_ + "/worker-" + std::to_string(pid) + ".log";
+  std::string text;
+  EXPECT_TRUE(eventually([&] {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+    return text.find("out line 42 from " + std::to_string(pid)) != std::string::npos &&
+           text.find("err line 42") != std::string::npos;
+  })) << path << ": " << text;
+  EXPECT_EQ(text.find("(pid="), std::string::npos) << "the log keeps the output as written";
 }
 
 TEST_F(observe, the_tools_choose_among_several_runtimes_only_when_told) {

@@ -138,7 +138,7 @@ node_runtime::node_runtime(const options& opts)
   if (opts_.worker_setup) zc.worker_setup = detail::function_for(opts_.worker_setup).id;
   zygote_ = std::make_unique<zygote_link>(process::start_zygote(zc));
   ipc::set_nonblocking(zygote_->socket(), true);
-  output_ = std::make_unique<output_forwarder>();
+  output_ = std::make_unique<output_forwarder>(socket.empty() ? std::string() : log_dir_);
 
   // The doorbell is not in the epoll set: only the I/O thread reads it, so a
   // ring can never be consumed by a user thread polling in its place.

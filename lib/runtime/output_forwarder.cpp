@@ -1,6 +1,7 @@
 // runtime/output_forwarder.cpp: the forwarding thread.
 #include "runtime/output_forwarder.hpp"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <sys/epoll.h>
@@ -17,7 +18,7 @@
 
 namespace manta::runtime {
 
-output_forwarder::output_forwarder() {
+output_forwarder::output_forwarder(std::string log_dir) : log_dir_(std::move(log_dir)) {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   ipc::make_pipe(wake_, 0);
   for (int fd : {epoll_fd_, wake_[0], wake_[1]}) ipc::own_fd(fd);
@@ -35,6 +36,8 @@ output_forwarder::~output_forwarder() {
     ::close(fd);
   }
   streams_.clear();
+  for (auto& [pid, fd] : logs_)
+    if (fd >= 0) ::close(fd);
   for (int fd : {epoll_fd_, wake_[0], wake_[1]})
     if (fd >= 0) {
       ipc::disown_fd(fd);
@@ -77,6 +80,7 @@ bool output_forwarder::forward(int fd, stream& s) {
       open = false;
       break;
     }
+    keep(s.pid, buf, static_cast<std::size_t>(n));
     s.partial.append(buf, static_cast<std::size_t>(n));
     std::size_t start = 0, nl;
     while ((nl = s.partial.find('\n', start)) != std::string::npos) {
@@ -96,6 +100,18 @@ bool output_forwarder::forward(int fd, stream& s) {
   }
   if (!out.empty()) queue(s.err ? 1 : 0, std::move(out));
   return open;
+}
+
+void output_forwarder::keep(pid_t pid, const char* data, std::size_t n) {
+  if (log_dir_.empty()) return;
+  auto [it, fresh] = logs_.try_emplace(pid, -1);
+  if (fresh) {
+    std::string path = log_dir_ + "/worker-" + std::to_string(pid) + ".log";
+    it->second = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  }
+  // A full disk loses log lines, never the output on the driver's terminal.
+  if (it->second < 0) return;
+  [[maybe_unused]] auto written = ::write(it->second, data, n);
 }
 
 void output_forwarder::queue(int which, std::string&& lines) {
@@ -181,6 +197,12 @@ void output_forwarder::run() {
         ipc::disown_fd(fd);
         ::close(fd);
         streams_.erase(fd);
+        // Its log closes with the last of its streams.
+        bool more = std::any_of(streams_.begin(), streams_.end(), [&](auto& kv) { return kv.second.pid == s.pid; });
+        if (auto log = logs_.find(s.pid); !more && log != logs_.end()) {
+          if (log->second >= 0) ::close(log->second);
+          logs_.erase(log);
+        }
       }
     }
   }

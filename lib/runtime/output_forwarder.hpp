@@ -2,7 +2,8 @@
 // driver's stdout and stderr line by line, prefixed "(pid=N) ". A thread of its
 // own does it and never blocks on the driver's stdout: when that is not read
 // (`| less` waiting), lines wait in a bounded buffer while workers go on, and
-// what does not fit is counted and reported instead of stalling them.
+// what does not fit is counted and reported instead of stalling them. Each
+// process's output is also kept, as written, in log_dir/worker-<pid>.log.
 #pragma once
 
 #include <sys/types.h>
@@ -22,7 +23,8 @@ class output_forwarder {
   /// Output waiting for the driver's stdout (or stderr) to be read, at most.
   static constexpr std::size_t max_pending = 8 << 20;
 
-  output_forwarder();
+  /// @param log_dir  where each process's log file goes; empty: none
+  explicit output_forwarder(std::string log_dir);
   ~output_forwarder();
   output_forwarder(const output_forwarder&) = delete;
   output_forwarder& operator=(const output_forwarder&) = delete;
@@ -47,6 +49,8 @@ class output_forwarder {
   /// Writes what the driver's stdout and stderr take without blocking.
   /// @returns true if everything went out.
   bool write_pending();
+  /// Appends what process `pid` wrote to its log file (opened at its first output).
+  void keep(pid_t pid, const char* data, std::size_t n);
 
   int epoll_fd_ = -1;
   int wake_[2] = {-1, -1};
@@ -57,6 +61,8 @@ class output_forwarder {
   // Only the forwarding thread touches these.
   std::string pending_[2];
   std::size_t dropped_[2] = {0, 0};
+  std::string log_dir_;
+  std::unordered_map<pid_t, int> logs_;  ///< open log files by pid; -1: could not be opened
 };
 
 }  // namespace manta::runtime
