@@ -42,6 +42,13 @@ int chatty(int x) {
 }
 MANTA_REMOTE(chatty);
 
+__attribute__((noinline)) int crash_in_task(int depth) {
+  if (depth > 0) return crash_in_task(depth - 1) + 1;
+  *static_cast<volatile int*>(nullptr) = 1;  // SIGSEGV
+  return 0;
+}
+MANTA_REMOTE(crash_in_task);
+
 struct tally {
   int n = 0;
   int add(int k) { return n += k; }
@@ -225,6 +232,35 @@ TEST_F(observe, each_worker_keeps_its_output_in_a_log_file) {
            text.find("err line 42") != std::string::npos;
   })) << path << ": " << text;
   EXPECT_EQ(text.find("(pid="), std::string::npos) << "the log keeps the output as written";
+}
+
+TEST_F(observe, a_worker_crash_carries_the_crashing_threads_stack) {
+  try {
+    manta::get(manta::task(crash_in_task).max_retries(0).remote(3));
+    FAIL() << "the task did not crash";
+  } catch (const manta::worker_crashed_error& e) {
+    EXPECT_EQ(e.signal(), SIGSEGV);
+    EXPECT_NE(e.stack().find("crash_in_task"), std::string::npos) << e.stack();
+    if (std::getenv("MANTA_SHOW_STACK")) std::fprintf(stderr, "%s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find("stack of the crashing thread:"), std::string::npos) << e.what();
+  }
+  // The dump was read and removed; the runtime goes on.
+  for (const auto& f : std::filesystem::directory_iterator(dir_)) EXPECT_NE(f.path().extension(), ".stack");
+  EXPECT_EQ(manta::get(manta::task(add_one).remote(1)), 2);
+}
+
+TEST_F(observe, a_worker_killed_from_outside_has_no_stack_to_report) {
+  auto slow = manta::task(sleep_ms).max_retries(0).remote(20000);
+  auto pids = manta::detail::runtime_process_ids();
+  ASSERT_TRUE(eventually([&] { return cli_json("status --json " + at())["tasks"]["running"] == 1; }));
+  for (std::size_t i = 1; i < pids.size(); ++i) ::kill(pids[i], SIGKILL);
+  try {
+    manta::get(slow, std::chrono::seconds(20));
+    FAIL();
+  } catch (const manta::worker_crashed_error& e) {
+    EXPECT_EQ(e.signal(), SIGKILL);
+    EXPECT_TRUE(e.stack().empty()) << e.stack();
+  }
 }
 
 TEST_F(observe, the_tools_choose_among_several_runtimes_only_when_told) {

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
-  libboost1.81-dev libboost-filesystem1.81-dev
+  libboost1.81-dev libboost-filesystem1.81-dev libboost-stacktrace1.81-dev
   libtbb-dev libcereal-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )

@@ -65,16 +65,25 @@ class task_error : public error {
 /// The process running a task died (signal or exit) more often than `max_retries` allowed.
 class worker_crashed_error : public error {
  public:
-  worker_crashed_error(const std::string& what, std::string function, int pid, int signal)
-      : error(what), function_(std::move(function)), pid_(pid), signal_(signal) {}
+  worker_crashed_error(const std::string& what, std::string function, int pid, int signal,
+                       std::string stack = {})
+      : error(what + (stack.empty() ? "" : "\nstack of the crashing thread:\n" + stack)),
+        function_(std::move(function)),
+        stack_(std::move(stack)),
+        pid_(pid),
+        signal_(signal) {}
 
   const std::string& function_name() const noexcept { return function_; }
   int pid() const noexcept { return pid_; }
   /// The signal that ended the worker, 0 if it exited normally.
   int signal() const noexcept { return signal_; }
+  /// The crashing thread's stack, one "#n function at file:line" per line
+  /// (file and line when the binary has debug information), or "" if the
+  /// worker died without writing it (SIGKILL, or killed by the runtime).
+  const std::string& stack() const noexcept { return stack_; }
 
  private:
-  std::string function_;
+  std::string function_, stack_;
   int pid_, signal_;
 };
 

@@ -42,7 +42,7 @@ void throw_error(const error_info& e) {
     case error_kind::task_exception:
       throw task_error(e.remote_type, e.message, e.function, e.pid, e.chain);
     case error_kind::worker_crashed:
-      throw worker_crashed_error(e.message + via, e.function, e.pid, e.signal);
+      throw worker_crashed_error(e.message + via, e.function, e.pid, e.signal, e.stack);
     case error_kind::actor_died:
       throw actor_died_error(e.message);
     case error_kind::object_store_full:

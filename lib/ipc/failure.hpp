@@ -29,6 +29,7 @@ struct error_info {
   std::string remote_type, message, function, chain;
   std::int32_t pid = 0;
   std::int32_t signal = 0;
+  std::string stack;  ///< where it happened, one frame per line, when known
 };
 
 /// Throws the public exception matching `e`.

@@ -37,6 +37,7 @@ void write_error(frame_writer& w, const error_info& e) {
   w.string(e.message);
   w.string(e.function);
   w.string(e.chain);
+  w.string(e.stack);
 }
 
 error_info read_error(frame_reader& r) {
@@ -50,6 +51,7 @@ error_info read_error(frame_reader& r) {
   e.message = r.string();
   e.function = r.string();
   e.chain = r.string();
+  e.stack = r.string();
   return e;
 }
 

@@ -11,6 +11,7 @@
 #include <exception>
 #include <string>
 
+#include "observe/crash_stack.hpp"
 #include "observe/log.hpp"
 #include "process/actor_host.hpp"
 #include "process/task_runner.hpp"
@@ -23,6 +24,7 @@ void run_worker(const worker_config& config) {
   // the user's main, which must never run a second time in this process.
   try {
     ::prctl(PR_SET_NAME, "manta-worker");
+    observe::install_crash_handler(config.crash_dir);
     static worker_context* ctx = new worker_context(config);  // lives until _exit
     set_current_context(ctx);
     // Held for the process's life, before any runtime lock: entry points nested

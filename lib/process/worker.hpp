@@ -20,6 +20,7 @@ struct worker_config {
   control_block* control = nullptr;
   std::byte* arena_base = nullptr;
   std::uint64_t worker_setup = 0;  ///< id of options.worker_setup, or 0
+  const char* crash_dir = "";      ///< where a crash's stack goes (observe/crash_stack.hpp), or ""
 };
 
 /// Runs the worker until the driver goes away; never returns.

@@ -117,6 +117,7 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
       w.control = cfg.control;
       w.arena_base = cfg.arena_base;
       w.worker_setup = cfg.worker_setup;
+      w.crash_dir = cfg.crash_dir.c_str();
       run_worker(w);
     }
   }

@@ -39,6 +39,7 @@ struct zygote_config {
   int doorbell_write = -1;  ///< handed to every process
   std::uint64_t worker_setup = 0;  ///< id of options.worker_setup, or 0
   std::string control_socket;      ///< the driver's socket: removed when the zygote exits
+  std::string crash_dir;           ///< where workers write their crashing thread's stack, or empty
 };
 
 struct zygote_handle {

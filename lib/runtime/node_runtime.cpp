@@ -135,6 +135,7 @@ node_runtime::node_runtime(const options& opts)
   zc.control = control_;
   zc.arena_base = arena_->base();
   zc.control_socket = socket;
+  if (!socket.empty()) zc.crash_dir = log_dir_;
   if (opts_.worker_setup) zc.worker_setup = detail::function_for(opts_.worker_setup).id;
   zygote_ = std::make_unique<zygote_link>(process::start_zygote(zc));
   ipc::set_nonblocking(zygote_->socket(), true);
@@ -145,7 +146,8 @@ node_runtime::node_runtime(const options& opts)
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   ipc::own_fd(epoll_fd_);
   sched_ = std::make_unique<scheduler>(
-      scheduler::config{pool_size_, static_cast<std::size_t>(process::max_slots), control_, &timeline_}, *dir_, *store_,
+      scheduler::config{pool_size_, static_cast<std::size_t>(process::max_slots), control_, &timeline_, zc.crash_dir},
+      *dir_, *store_,
       std::move(ledger), *this);
   {
     scheduler_lock lock(*this);

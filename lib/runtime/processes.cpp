@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "observe/crash_stack.hpp"
 #include "observe/log.hpp"
 #include "ipc/owned_fds.hpp"
 #include "runtime/scheduler.hpp"
@@ -137,13 +138,15 @@ void scheduler::close_link(worker_link& w) {
 
 void scheduler::exited(worker_link& w, int status) {
   if (w.st == worker_link::state::dead) return;
+  w.crash_stack = WIFSIGNALED(status) ? observe::take_crash_stack(cfg_.crash_dir, w.pid) : std::string();
   const std::string cause = w.kill_reason.empty() ? describe_exit(status) : w.kill_reason;
   MANTA_DEBUG << "worker pid " << w.pid << " ended: " << cause;
   if (!stopping_ && !w.retiring) {
     processes_lost_.fetch_add(1, std::memory_order_relaxed);
     if (cfg_.timeline && cfg_.timeline->on()) cfg_.timeline->instant("process died", w.pid, cause);
   }
-  if (w.actor) actor_host_died(w, cause);
+  if (w.actor)
+    actor_host_died(w, w.crash_stack.empty() ? cause : cause + "; stack of the crashing thread:\n" + w.crash_stack);
   else pool_worker_died(w, status);
   if (cfg_.control) {  // a dead process computes and spins no more (core_free)
     cfg_.control->slots[w.slot].depth.store(0, std::memory_order_relaxed);
@@ -190,7 +193,7 @@ void scheduler::pool_worker_died(worker_link& w, int status) {
           failed.emplace_back(t, ipc::error_info{ipc::error_kind::worker_crashed, "",
                                                  "manta: worker pid " + std::to_string(w.pid) + " running '" +
                                                      t->name() + "' died from " + cause + tried,
-                                                 t->name(), {}, w.pid, sig});
+                                                 t->name(), {}, w.pid, sig, w.crash_stack});
         continue;
       }
     }

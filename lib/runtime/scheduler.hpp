@@ -58,6 +58,7 @@ struct worker_link {
   bool input_closed = false;      ///< its pipe ended, or it sent garbage: read no more
   bool killed_to_cancel = false;  ///< its death retries the other tasks without charging them
   std::string kill_reason;        ///< why the runtime killed it (its death's cause), or empty
+  std::string crash_stack;        ///< the stack its crashing thread wrote, once it died of a signal
   bool killed_for_memory = false; ///< by the memory monitor: its task fails with out_of_memory_error
   /// Calls sent of each function with a max_calls, by function id; once one
   /// reaches its limit the worker takes nothing more and is replaced when idle.
@@ -95,6 +96,8 @@ class scheduler {
     process::control_block* control = nullptr;
     /// Where tasks, deaths and process names are recorded while it records (or null).
     observe::timeline* timeline = nullptr;
+    /// Where workers write the stack of a crash (observe/crash_stack.hpp), or empty.
+    std::string crash_dir;
   };
   scheduler(config c, directory& dir, object_store& store, resource_ledger ledger, scheduler_host& host);
   ~scheduler();

@@ -1,0 +1,75 @@
+// observe/crash_stack.cpp: writing the frames in the dying worker, naming them in the driver.
+#include "observe/crash_stack.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include <boost/stacktrace.hpp>
+
+namespace manta::observe {
+namespace {
+
+constexpr std::size_t max_frames = 64;
+char dump_path[512] = {};  ///< set before the handler is installed, read in it
+
+void on_fatal_signal(int sig) {
+  // Only what is async-signal-safe: safe_dump_to walks the stack and writes
+  // raw addresses with open/write. Then the signal, back to its default, ends
+  // the process as it would have without us (the driver sees the same status).
+  boost::stacktrace::safe_dump_to(1, max_frames, dump_path);
+  ::raise(sig);
+}
+
+}  // namespace
+
+void install_crash_handler(const std::string& dir) {
+  if (dir.empty()) return;
+  int n = std::snprintf(dump_path, sizeof dump_path, "%s/crash-%d.stack", dir.c_str(), static_cast<int>(::getpid()));
+  if (n <= 0 || static_cast<std::size_t>(n) >= sizeof dump_path) return;
+  static char alt[1 << 16];  // SIGSEGV from a stack overflow needs a stack of its own
+  stack_t ss{};
+  ss.ss_sp = alt;
+  ss.ss_size = sizeof alt;
+  ::sigaltstack(&ss, nullptr);
+  struct sigaction sa {};
+  sa.sa_handler = on_fatal_signal;
+  sa.sa_flags = SA_ONSTACK | SA_RESETHAND | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP}) ::sigaction(sig, &sa, nullptr);
+}
+
+std::string take_crash_stack(const std::string& dir, pid_t pid) {
+  if (dir.empty()) return {};
+  const std::string path = dir + "/crash-" + std::to_string(pid) + ".stack";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::stringstream raw;
+  raw << in.rdbuf();
+  in.close();
+  std::remove(path.c_str());
+  const std::string bytes = raw.str();
+  auto trace = boost::stacktrace::stacktrace::from_dump(bytes.data(), bytes.size());
+  std::string out;
+  std::size_t i = 0;
+  for (const auto& frame : trace) {
+    std::string name = frame.name();
+    // Below the worker's loop lie the zygote's fork and the driver's init: not the task's story.
+    if (name.find("manta::process::run_worker") != std::string::npos) break;
+    if (i == 0 && name.empty()) continue;  // the kernel's signal trampoline
+    std::string file = frame.source_file();
+    char line[64];
+    std::snprintf(line, sizeof line, "  #%zu ", i++);
+    out += line;
+    out += name.empty() ? "??" : name;
+    if (!file.empty()) out += " at " + file + ":" + std::to_string(frame.source_line());
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace manta::observe

@@ -1,0 +1,23 @@
+// observe/crash_stack.hpp: the stack of a worker's crashing thread. A worker's
+// handler for fatal signals writes the raw frames (async-signal-safely, with
+// Boost.Stacktrace) to log_dir/crash-<pid>.stack and dies of the signal; the
+// driver, seeing it die, reads the file, names the frames (the worker is a fork
+// of the driver: same binary, same addresses) and removes it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+namespace manta::observe {
+
+/// Installs the handler for SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT and
+/// SIGTRAP in this process (a worker), with an alternate stack so a stack
+/// overflow is reported too. `dir` empty: nothing is installed.
+void install_crash_handler(const std::string& dir);
+
+/// The stack process `pid` wrote before it died, one "#n name at file:line"
+/// per line, or "" if it wrote none; the file is removed.
+std::string take_crash_stack(const std::string& dir, pid_t pid);
+
+}  // namespace manta::observe
