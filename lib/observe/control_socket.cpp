@@ -19,6 +19,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include <nlohmann/json.hpp>
+
 #include "observe/log.hpp"
 
 namespace manta::observe {
@@ -37,20 +39,20 @@ sockaddr_un address_of(const std::string& path) {
   return a;
 }
 
-/// Waits for `events` on `fd` until `until`; false on timeout.
-bool wait_for(int fd, short events, std::chrono::steady_clock::time_point until) {
+/// Waits for `events` on `fd` until `until`; false on timeout, or once `stop_fd` is readable.
+bool wait_for(int fd, short events, std::chrono::steady_clock::time_point until, int stop_fd = -1) {
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
-    pollfd p{fd, events, 0};
-    int n = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (n > 0) return true;
+    pollfd p[2] = {{fd, events, 0}, {stop_fd, POLLIN, 0}};
+    int n = ::poll(p, stop_fd >= 0 ? 2 : 1, static_cast<int>(left.count()));
+    if (n > 0) return !(stop_fd >= 0 && p[1].revents);
     if (n < 0 && errno != EINTR) return false;
   }
 }
 
 /// Writes all of `data` (a non-blocking fd) before `until`.
-bool write_all(int fd, std::string_view data, std::chrono::steady_clock::time_point until) {
+bool write_all(int fd, std::string_view data, std::chrono::steady_clock::time_point until, int stop_fd = -1) {
   while (!data.empty()) {
     ssize_t n = ::send(fd, data.data(), data.size(), MSG_NOSIGNAL);
     if (n > 0) {
@@ -58,7 +60,7 @@ bool write_all(int fd, std::string_view data, std::chrono::steady_clock::time_po
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!wait_for(fd, POLLOUT, until)) return false;
+      if (!wait_for(fd, POLLOUT, until, stop_fd)) return false;
     } else {
       return false;
     }
@@ -73,6 +75,19 @@ bool same_user(int fd) {
   return cred.uid == ::geteuid() || cred.uid == 0;
 }
 
+std::string error_reply(const std::string& what) { return nlohmann::json{{"error", what}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+/// `dir` is ours and nobody else may write in it: a socket made there cannot be
+/// swapped for a link between bind and chmod.
+void check_private_dir(const std::string& dir) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0)
+    throw std::system_error(errno, std::generic_category(), "manta: " + dir);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))
+    throw std::system_error(EPERM, std::generic_category(),
+                            "manta: " + dir + " is not a directory of this user that only it can write to");
+}
+
 }  // namespace
 
 std::string socket_path(const std::string& log_dir, pid_t pid, std::uint32_t epoch) {
@@ -84,6 +99,7 @@ std::string socket_path(const std::string& log_dir, pid_t pid, std::uint32_t epo
 control_server::control_server(std::string path, handler answer)
     : path_(std::move(path)), answer_(std::move(answer)) {
   sockaddr_un a = address_of(path_);
+  check_private_dir(path_.substr(0, path_.rfind('/')));
   listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (listen_fd_ < 0) throw std::system_error(errno, std::generic_category(), "manta: socket");
   ::unlink(path_.c_str());  // a leftover of a driver with this pid and epoch: gone
@@ -108,7 +124,7 @@ control_server::control_server(std::string path, handler answer)
 control_server::~control_server() {
   std::uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof one);
-  thread_.join();
+  thread_.join();  // which joined every client's
   ::close(listen_fd_);
   ::close(wake_fd_);
   ::unlink(path_.c_str());
@@ -122,15 +138,54 @@ void control_server::run() {
   for (;;) {
     pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     if (::poll(p, 2, -1) < 0) continue;
-    if (p[1].revents) return;
-    int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (client < 0) continue;
-    serve(client);
-    ::close(client);
+    if (p[1].revents) break;
+    reap(false);
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      // Out of descriptors (or memory): the pending client stays pending, so
+      // wait a little instead of spinning on a listener that stays readable.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        pollfd w{wake_fd_, POLLIN, 0};
+        ::poll(&w, 1, 100);
+      }
+      continue;
+    }
+    if (clients_.size() >= max_clients) {
+      write_all(fd, error_reply("busy: " + std::to_string(max_clients) + " requests are being answered"),
+                std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+      ::close(fd);
+      continue;
+    }
+    auto c = std::make_unique<client>();
+    client* raw = c.get();
+    try {
+      c->thread = std::thread([this, fd, raw] {
+        serve(fd);
+        ::close(fd);
+        raw->done.store(true, std::memory_order_release);
+      });
+    } catch (const std::system_error&) {  // no thread to be had: the client is dropped
+      ::close(fd);
+      continue;
+    }
+    clients_.push_back(std::move(c));
+  }
+  reap(true);
+}
+
+void control_server::reap(bool all) {
+  for (auto it = clients_.begin(); it != clients_.end();) {
+    if (all || (*it)->done.load(std::memory_order_acquire)) {
+      (*it)->thread.join();
+      it = clients_.erase(it);
+    } else {
+      ++it;
+    }
   }
 }
 
 void control_server::serve(int client) {
+  // (Signals stay blocked here: the thread inherits the accepting thread's mask.)
   if (!same_user(client)) {
     MANTA_WARN << "control socket: refused a peer of another user";
     return;
@@ -139,7 +194,11 @@ void control_server::serve(int client) {
   std::string request;
   char buf[512];
   while (request.find('\n') == std::string::npos) {
-    if (request.size() > max_request || !wait_for(client, POLLIN, until)) return;
+    if (request.size() > max_request) {
+      write_all(client, error_reply("request longer than " + std::to_string(max_request) + " bytes"), until, wake_fd_);
+      return;
+    }
+    if (!wait_for(client, POLLIN, until, wake_fd_)) return;
     ssize_t n = ::recv(client, buf, sizeof buf, 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) break;  // a request without its newline: taken as it is
@@ -150,9 +209,9 @@ void control_server::serve(int client) {
   try {
     reply = answer_(request);
   } catch (const std::exception& e) {
-    reply = std::string("{\"error\": \"") + e.what() + "\"}";
+    reply = error_reply(e.what());
   }
-  write_all(client, reply, std::chrono::steady_clock::now() + std::chrono::milliseconds(client_timeout_ms));
+  write_all(client, reply, std::chrono::steady_clock::now() + std::chrono::milliseconds(client_timeout_ms), wake_fd_);
 }
 
 std::vector<runtime_address> find_runtimes(const std::string& log_dir) {
@@ -167,6 +226,9 @@ std::vector<runtime_address> find_runtimes(const std::string& log_dir) {
         std::strcmp(tail, "sock") != 0 || pid <= 0)
       continue;
     std::string path = log_dir + "/" + ent->d_name;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    if (st.st_uid != ::geteuid() && ::geteuid() != 0) continue;  // another user's runtime
     if (::kill(pid, 0) != 0 && errno == ESRCH) {  // its driver is gone
       ::unlink(path.c_str());
       continue;
@@ -181,15 +243,22 @@ std::vector<runtime_address> find_runtimes(const std::string& log_dir) {
 std::string ask(const std::string& socket, const std::string& request, int timeout_ms) {
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   sockaddr_un a = address_of(socket);
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) throw std::system_error(errno, std::generic_category(), "manta: socket");
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+  // Non-blocking: a full backlog answers EAGAIN, tried again until `until`.
+  while (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     int e = errno;
+    if ((e == EAGAIN || e == EINTR) && std::chrono::steady_clock::now() < until) {
+      ::usleep(10000);
+      continue;
+    }
     ::close(fd);
     throw std::runtime_error("manta: no runtime answers at " + socket + ": " + std::strerror(e));
   }
-  int flags = ::fcntl(fd, F_GETFL);
-  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  if (!same_user(fd)) {
+    ::close(fd);
+    throw std::runtime_error("manta: the socket " + socket + " is served by another user: not asked");
+  }
   std::string reply;
   bool sent = write_all(fd, request + "\n", until);
   char buf[1 << 16];
@@ -205,6 +274,7 @@ std::string ask(const std::string& socket, const std::string& request, int timeo
   }
   ::close(fd);
   if (!sent) throw std::runtime_error("manta: could not send to the runtime at " + socket);
+  if (reply.empty()) throw std::runtime_error("manta: the runtime at " + socket + " closed without answering");
   return reply;
 }
 

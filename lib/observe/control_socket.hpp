@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,14 +21,18 @@ namespace manta::observe {
 /// driver (after shutdown and init) gets a name of its own.
 std::string socket_path(const std::string& log_dir, pid_t pid, std::uint32_t epoch);
 
-/// Serves requests on the socket at `path` from a thread of its own, one at a
-/// time, until destroyed (which removes the socket file).
+/// Serves requests on the socket at `path` until destroyed (which removes the
+/// socket file): a thread accepts, and each client gets a thread of its own
+/// (at most max_clients at once), so a slow answer (a timeline capture) holds
+/// up no other.
 class control_server {
  public:
   /// Answers one request line; runs on the server's thread.
   using handler = std::function<std::string(const std::string& request)>;
+  static constexpr std::size_t max_clients = 8;
 
-  /// Binds and listens. @throws std::system_error naming the path.
+  /// Binds and listens. The directory must be this user's and writable by no
+  /// one else (nobody can swap the socket for a link). @throws std::system_error naming the path.
   control_server(std::string path, handler answer);
   ~control_server();
   control_server(const control_server&) = delete;
@@ -36,14 +41,21 @@ class control_server {
   const std::string& path() const noexcept { return path_; }
 
  private:
+  struct client {
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
   void run();
-  void serve(int client);
+  void serve(int fd);
+  /// Joins the client threads that ended (all of them with `all`).
+  void reap(bool all);
 
   std::string path_;
   handler answer_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;  ///< eventfd: stop
   std::thread thread_;
+  std::vector<std::unique_ptr<client>> clients_;  ///< only the accepting thread touches the vector
 };
 
 /// A runtime answering in a log_dir.
@@ -52,11 +64,13 @@ struct runtime_address {
   pid_t pid = 0;       ///< the driver's pid, from the name
 };
 
-/// The runtimes answering in `log_dir`, oldest pid first. Sockets left by a
-/// driver that is gone (SIGKILLed before its zygote could remove them) are removed.
+/// The runtimes of this user answering in `log_dir`, oldest pid first. Sockets
+/// left by a driver that is gone (SIGKILLed before its zygote could remove
+/// them) are removed; other users' sockets are skipped.
 std::vector<runtime_address> find_runtimes(const std::string& log_dir);
 
-/// Sends `request` to the runtime at `socket` and returns its answer.
+/// Sends `request` to the runtime at `socket` and returns its answer; the
+/// server must run as this user (or root).
 /// @throws std::runtime_error saying what failed (no such runtime, no answer in time)
 std::string ask(const std::string& socket, const std::string& request, int timeout_ms = 10000);
 

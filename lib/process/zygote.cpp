@@ -29,13 +29,20 @@
 namespace manta::process {
 namespace {
 
-/// The driver's control socket: removed here too, so a driver killed before
-/// its shutdown leaves no socket behind (the name carries the runtime's epoch:
-/// a later runtime of the same driver never has this one's).
+/// The driver's control socket: removed here when the driver dies before its
+/// shutdown, so it leaves no socket behind (the name carries the runtime's
+/// epoch: a later runtime of the same driver never has this one's).
 char control_socket[256] = {};
 
-[[noreturn]] void stop_all(const std::set<pid_t>& children) {
+[[noreturn]] void stop_all(const std::set<pid_t>& children);
+
+/// The driver is gone: its socket goes, then every process.
+[[noreturn]] void driver_gone(const std::set<pid_t>& children) {
   if (control_socket[0]) ::unlink(control_socket);
+  stop_all(children);
+}
+
+[[noreturn]] void stop_all(const std::set<pid_t>& children) {
   for (pid_t p : children) ::kill(p, SIGKILL);
   for (pid_t p : children)
     while (::waitpid(p, nullptr, 0) < 0 && errno == EINTR) {
@@ -161,7 +168,7 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
         if (errno == EINTR) continue;
         stop_all(children);
       }
-      if (driver_fd >= 0 && p[2].revents) stop_all(children);  // the driver exited
+      if (driver_fd >= 0 && p[2].revents) driver_gone(children);  // the driver exited
       if (p[1].revents) {
         signalfd_siginfo info;
         while (::read(sigfd, &info, sizeof info) > 0) {
@@ -178,7 +185,7 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
       if (p[0].revents) {
         zygote_request req{};
         long n = ipc::recv_packet(sock, &req, sizeof req, nullptr);
-        if (n <= 0) stop_all(children);  // the driver is gone
+        if (n <= 0) driver_gone(children);  // the driver is gone
         if (n != sizeof req || req.kind == zygote_request::stop) stop_all(children);
         if (req.kind == zygote_request::spawn_worker) spawn(cfg, sock, sigfd, driver_fd, req, children);
       }

@@ -121,6 +121,7 @@ void scheduler::send_constructor(worker_link& host, actor_record& a) {
   t->args = a.ctor_args;
   t->options = a.options;
   t->actor = &a;
+  if (cfg_.timeline && cfg_.timeline->on()) t->submitted_ns = observe::now_ns();  // sent to its new process now
   for (auto* e : a.ctor_deps) {
     detail::acquire(e);
     t->deps.push_back(e);

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -120,7 +121,12 @@ node_runtime::node_runtime(const options& opts)
     timeline_.start();
   }
   // The tools' socket is named now: the zygote removes it if the driver dies unannounced.
-  const std::string socket = make_log_dir(log_dir_) ? observe::socket_path(log_dir_, pid_, epoch_) : "";
+  std::string socket = make_log_dir(log_dir_) ? observe::socket_path(log_dir_, pid_, epoch_) : "";
+  if (socket.size() >= sizeof(sockaddr_un::sun_path)) {
+    MANTA_WARN << "log_dir " << log_dir_ << " is too long for a Unix socket's path: manta status will not find this runtime";
+    socket.clear();
+  }
+  socket_ = socket;
   dir_ = std::make_unique<directory>(epoch_, store_.get());
   control_ = process::map_control_block();
   ipc::make_pipe(doorbell_, 0);
@@ -195,6 +201,7 @@ node_runtime::node_runtime(const options& opts)
           socket, [this](const std::string& request) { return answer(request); });
     } catch (const std::exception& e) {  // the runtime works without it; the tools will not find it
       MANTA_WARN << e.what() << "; manta status will not find this runtime";
+      socket_.clear();  // (no server thread reads it)
     }
   }
 }

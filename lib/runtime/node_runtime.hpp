@@ -84,7 +84,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   detail::spill_counters spilling() const { return store_->stats(); }
   std::size_t object_count() const { return dir_->size(); }
   /// Where the tools reach this runtime (empty if it could not listen).
-  std::string address() const { return address_ ? address_->path() : std::string(); }
+  const std::string& address() const { return socket_; }
 
  private:
   /// Holds mu_; on release, takes in the submissions queued meanwhile.
@@ -161,10 +161,12 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::uint32_t epoch_;
   pid_t pid_;
   std::string log_dir_;
+  std::string socket_;  ///< the control socket's path (set before its thread starts), or empty
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   /// Tasks, spills and deaths, while recording (MANTA_TIMELINE, or manta timeline).
   observe::timeline timeline_;
   std::string timeline_path_;  ///< MANTA_TIMELINE: written at shutdown
+  std::mutex capture_mu_;      ///< one `manta timeline` capture at a time
   std::size_t pool_size_ = 0;
   std::unique_ptr<store::arena> arena_;
   std::unique_ptr<object_store> store_;

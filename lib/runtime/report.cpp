@@ -109,6 +109,7 @@ std::unordered_map<object_id, std::vector<pid_t>> scheduler::holders() const {
 }
 
 std::string node_runtime::answer(const std::string& request) {
+  process::context_use use;  // as every entry point: the context lock before the runtime's own
   std::istringstream in(request);
   std::string verb;
   in >> verb;
@@ -146,26 +147,40 @@ std::string node_runtime::status_json() {
 }
 
 std::string node_runtime::memory_json() {
-  // Lock order: the scheduler's, then the store's (which keeps every listed entry alive).
-  scheduler_lock lock(*this);
-  auto holders = sched_->holders();
+  // Copied under the locks (the scheduler's, then the store's, which keeps every
+  // listed entry alive), formatted after them: results and puts wait only for the copy.
+  struct row {
+    object_id id;
+    std::uint64_t size;
+    bool spilled;
+    std::int32_t pins, owner;
+    std::int64_t refs;
+    const detail::function_info* made_by;
+  };
+  std::vector<row> rows;
+  std::unordered_map<object_id, std::vector<pid_t>> holders;
+  {
+    scheduler_lock lock(*this);
+    holders = sched_->holders();
+    store_->for_each([&](const object_entry& e, bool spilled) {
+      rows.push_back({e.id, e.size, spilled, e.pins.load(std::memory_order_relaxed), e.owner,
+                      e.count.load(std::memory_order_relaxed), e.made_by});
+    });
+  }
   json objects = json::array();
   std::uint64_t arena_bytes = 0, spilled_bytes = 0;
-  store_->for_each([&](const object_entry& e, bool spilled) {
-    std::int32_t pins = e.pins.load(std::memory_order_relaxed);
-    json o = {{"id", hex_id(e.id)},
-              {"size", e.size},
-              {"where", spilled ? "spill file" : "arena"},
-              {"pinned", spilled ? 0 : std::max(pins, 0)},
-              {"references", e.count.load(std::memory_order_relaxed)},
-              {"owner_pid", e.owner},
-              {"made_by", e.made_by ? "task " + e.made_by->name : std::string("put")}};
-    if (e.actor) o["made_by"] = "actor " + e.actor->label;
-    if (auto it = holders.find(e.id); it != holders.end()) o["held_by_pids"] = it->second;
-    if (spilled) spilled_bytes += e.size;
-    else arena_bytes += e.size;
+  for (const row& r : rows) {
+    json o = {{"id", hex_id(r.id)},
+              {"size", r.size},
+              {"where", r.spilled ? "spill file" : "arena"},
+              {"pinned", r.spilled ? 0 : std::max(r.pins, 0)},
+              {"references", r.refs},
+              {"owner_pid", r.owner},
+              {"made_by", r.made_by ? "task " + r.made_by->name : std::string("put")}};
+    if (auto it = holders.find(r.id); it != holders.end()) o["held_by_pids"] = it->second;
+    (r.spilled ? spilled_bytes : arena_bytes) += r.size;
     objects.push_back(std::move(o));
-  });
+  }
   std::size_t listed = objects.size();
   json j = {{"objects", std::move(objects)},
             {"summary",
@@ -192,6 +207,8 @@ void scheduler::name_processes() const {
 std::string node_runtime::timeline_json(double seconds) {
   if (timeline_.on()) return timeline_.json();  // recording since init: everything so far
   // Not recording: record for a while, answer, and stop (the events go with it).
+  std::unique_lock capture(capture_mu_, std::try_to_lock);
+  if (!capture.owns_lock()) return dump({{"error", "another timeline capture is running; try again when it ends"}});
   seconds = std::clamp(seconds, 0.0, 60.0);
   timeline_.clear();
   timeline_.name_process(pid_, "driver");

@@ -59,11 +59,12 @@ struct task_spec : pool_allocated {
   std::uint64_t sent_seq = 0;  ///< order of its last sending among all tasks (the memory monitor's "newest")
   demand need;            ///< what it holds while it runs
   std::vector<int> gpus;  ///< GPU ids granted while it runs
+  // The flags side by side: a task_spec stays in the 448-byte bin of the pool allocator.
   bool charged = false;   ///< non-default tasks: `need` is taken from the ledger
   bool blocked = false;   ///< waits in get/wait on its worker (its CPU is lent)
-  std::uint64_t grant = ipc::no_offset;  ///< extent offered for its result, while in flight
   bool inputs_pinned = false;  ///< its large arguments are kept in the arena (while sent)
   bool cancelled = false;  ///< cancelled while in flight: its results already failed
+  std::uint64_t grant = ipc::no_offset;  ///< extent offered for its result, while in flight
   /// Its expected run time when sent (placement's estimate; infinite: unknown or blocking).
   double expected_ns = 0;
 
