@@ -29,24 +29,24 @@
 namespace manta::process {
 namespace {
 
-/// The driver's control socket: removed here when the driver dies before its
-/// shutdown, so it leaves no socket behind (the name carries the runtime's
-/// epoch: a later runtime of the same driver never has this one's).
+/// The driver's control socket, and a pidfd of the driver (or -1).
 char control_socket[256] = {};
+int driver_pidfd = -1;
 
-[[noreturn]] void stop_all(const std::set<pid_t>& children);
-
-/// The driver is gone: its socket goes, then every process.
-[[noreturn]] void driver_gone(const std::set<pid_t>& children) {
-  if (control_socket[0]) ::unlink(control_socket);
-  stop_all(children);
-}
-
-[[noreturn]] void stop_all(const std::set<pid_t>& children) {
+/// Ends every process, then the zygote. `driver_lost`: the driver's end failed
+/// or it exited, so it may not have removed its control socket: the socket goes
+/// once the driver has exited (the name carries the runtime's epoch, so a later
+/// runtime of the same driver never has this one's). A driver still alive after
+/// a while keeps it: the zygote failed, not the driver.
+[[noreturn]] void stop_all(const std::set<pid_t>& children, bool driver_lost = false) {
   for (pid_t p : children) ::kill(p, SIGKILL);
   for (pid_t p : children)
     while (::waitpid(p, nullptr, 0) < 0 && errno == EINTR) {
     }
+  if (driver_lost && control_socket[0]) {
+    pollfd p{driver_pidfd, POLLIN, 0};
+    if (driver_pidfd < 0 || ::poll(&p, 1, 2000) > 0) ::unlink(control_socket);
+  }
   ::_exit(0);
 }
 
@@ -132,10 +132,10 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
     children.insert(pid);
     zygote_reply r{zygote_reply::spawned, req.slot, pid, 0};
     int fds[4] = {to_proc[1], from_proc[0], out[0], err[0]};
-    if (ipc::send_packet(sock, &r, sizeof r, fds) != ipc::send_status::sent) stop_all(children);
+    if (ipc::send_packet(sock, &r, sizeof r, fds) != ipc::send_status::sent) stop_all(children, true);
   } else {
     zygote_reply r{zygote_reply::exited, req.slot, -1, error};
-    if (ipc::send_packet(sock, &r, sizeof r) != ipc::send_status::sent) stop_all(children);
+    if (ipc::send_packet(sock, &r, sizeof r) != ipc::send_status::sent) stop_all(children, true);
   }
   close_all();
 }
@@ -149,6 +149,7 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
     std::snprintf(control_socket, sizeof control_socket, "%s", cfg.control_socket.c_str());
     ipc::forget_owned_fds();  // the driver's, not the zygote's
     int driver_fd = watch_driver(driver);
+    driver_pidfd = driver_fd;
     if (::getppid() != driver) ::_exit(0);  // the driver is gone already
     if (cfg.doorbell_read >= 0) ::close(cfg.doorbell_read);
     ::prctl(PR_SET_NAME, "manta-zygote");
@@ -168,7 +169,7 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
         if (errno == EINTR) continue;
         stop_all(children);
       }
-      if (driver_fd >= 0 && p[2].revents) driver_gone(children);  // the driver exited
+      if (driver_fd >= 0 && p[2].revents) stop_all(children, true);  // the driver exited
       if (p[1].revents) {
         signalfd_siginfo info;
         while (::read(sigfd, &info, sizeof info) > 0) {
@@ -179,13 +180,13 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
           if (pid <= 0) break;
           children.erase(pid);
           zygote_reply r{zygote_reply::exited, -1, pid, status};
-          if (ipc::send_packet(sock, &r, sizeof r) != ipc::send_status::sent) stop_all(children);
+          if (ipc::send_packet(sock, &r, sizeof r) != ipc::send_status::sent) stop_all(children, true);
         }
       }
       if (p[0].revents) {
         zygote_request req{};
         long n = ipc::recv_packet(sock, &req, sizeof req, nullptr);
-        if (n <= 0) driver_gone(children);  // the driver is gone
+        if (n <= 0) stop_all(children, true);  // the driver is gone
         if (n != sizeof req || req.kind == zygote_request::stop) stop_all(children);
         if (req.kind == zygote_request::spawn_worker) spawn(cfg, sock, sigfd, driver_fd, req, children);
       }
