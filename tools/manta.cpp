@@ -1,5 +1,6 @@
 // tools/manta.cpp: the manta command line. It talks to a running runtime over
-// its control socket (observe/control_socket.hpp): status, memory, timeline.
+// its control socket (observe/control_socket.hpp): status, memory, timeline,
+// dashboard.
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "observe/control_socket.hpp"
+#include "tools/dashboard.hpp"
 
 namespace {
 
@@ -159,6 +161,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 60.0));
 
+  manta::tools::dashboard_options board;
+  auto* dashboard = app.add_subcommand("dashboard", "serve a live page of a runtime on loopback (token in the URL)");
+  add_target(dashboard, t);
+  dashboard->add_option("--port", board.port, "the port (0: any free one)")->capture_default_str();
+  dashboard->add_option("--chart-js", board.chart_js, "Chart.js to serve")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
     if (status->parsed()) {
@@ -169,6 +177,9 @@ int main(int argc, char** argv) {
       json m = ask_json(t, "memory");
       if (as_json) std::cout << m.dump(2) << "\n";
       else print_memory(m);
+    } else if (dashboard->parsed()) {
+      board.socket = resolve(t);
+      return manta::tools::run_dashboard(board);
     } else if (timeline->parsed()) {
       std::string socket = resolve(t);
       std::string trace = manta::observe::ask(socket, "timeline " + std::to_string(seconds),

@@ -1,0 +1,153 @@
+// dashboard_test.cpp: `manta dashboard` in front of a real runtime, loaded in
+// headless Chromium (Debian's package) as a user would: the numbers on the page
+// match `manta status --json`, the chart has points, the token is required,
+// /metrics speaks Prometheus, and a screenshot is taken.
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "support.hpp"
+
+namespace {
+
+using nlohmann::json;
+
+int triple(int x) { return 3 * x; }
+MANTA_REMOTE(triple);
+
+/// Runs a shell command, bounded by timeout(1); its stdout.
+std::string run(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(("timeout 90 " + cmd).c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
+}
+
+/// The text of the element with id `id` in a dumped DOM.
+std::string element(const std::string& dom, const std::string& id) {
+  std::smatch m;
+  if (std::regex_search(dom, m, std::regex("id=\"" + id + "\"[^>]*>([^<]*)<"))) return m[1];
+  return "<missing " + id + ">";
+}
+
+class dashboard : public manta::testing::runtime_fixture {
+ protected:
+  void SetUp() override {
+    if (::system("command -v chromium > /dev/null 2>&1") != 0)
+      GTEST_SKIP() << "chromium is not installed (tools/setup.sh installs it)";
+    dir_ = manta::testing::temp_path("dashboard");
+    start(2, {.log_dir = dir_});
+  }
+  void TearDown() override {
+    if (board_ > 0) {
+      ::kill(board_, SIGTERM);
+      EXPECT_TRUE(manta::testing::eventually([&] { return ::waitpid(board_, nullptr, WNOHANG) == board_; }));
+    }
+    runtime_fixture::TearDown();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  /// Starts `manta dashboard` and returns the URL it prints.
+  std::string start_board() {
+    int out[2];
+    if (::pipe(out) != 0) return {};
+    board_ = ::fork();
+    if (board_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      ::close(out[0]);
+      ::close(out[1]);
+      ::execl(MANTA_CLI_PATH, MANTA_CLI_PATH, "dashboard", "--log-dir", dir_.c_str(), "--port", "0", nullptr);
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    std::string line;
+    char c;
+    pollfd p{out[0], POLLIN, 0};
+    while (line.find('\n') == std::string::npos && ::poll(&p, 1, 20000) > 0 && ::read(out[0], &c, 1) == 1) line += c;
+    ::close(out[0]);
+    auto at = line.find("http://");
+    return at == std::string::npos ? std::string() : line.substr(at, line.find('\n') - at);
+  }
+  std::string chromium(const std::string& args) {
+    return run("chromium --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage --user-data-dir=" + dir_ +
+               "/chromium " + args + " 2>/dev/null");
+  }
+  std::string dir_;
+  pid_t board_ = -1;
+};
+
+TEST_F(dashboard, the_page_shows_the_numbers_of_manta_status_and_a_chart_with_points) {
+  std::vector<manta::object_ref<int>> refs;
+  for (int i = 0; i < 25; ++i) refs.push_back(manta::task(triple).remote(i));
+  for (auto& r : refs) manta::get(r);
+  auto big = manta::put(std::vector<double>(1 << 18, 1.0));
+  std::string url = start_board();
+  ASSERT_FALSE(url.empty()) << "manta dashboard printed no URL";
+
+  // Four seconds of the page's own time: it polls every second.
+  std::string dom = chromium("--virtual-time-budget=4000 --dump-dom '" + url + "'");
+  json status = json::parse(run(std::string(MANTA_CLI_PATH) + " status --json --log-dir " + dir_));
+  EXPECT_EQ(element(dom, "tasks-finished"), std::to_string(status["tasks"]["finished"].get<long>())) << dom;
+  EXPECT_EQ(element(dom, "tasks-failed"), "0");
+  EXPECT_EQ(element(dom, "objects-count"), std::to_string(status["objects"]["count"].get<long>()));
+  EXPECT_EQ(element(dom, "arena-used"), std::to_string(status["objects"]["arena_used_bytes"].get<long>()));
+  EXPECT_EQ(element(dom, "driver-pid"), "(driver pid " + std::to_string(::getpid()) + ")");
+  EXPECT_EQ(element(dom, "error"), "");
+  EXPECT_GE(std::stoi(element(dom, "chart-points")), 2) << "the chart has no points";
+  EXPECT_NE(dom.find("<td>worker</td>"), std::string::npos) << "the processes table is empty";
+
+  std::string shot = dir_ + "/dashboard.png";
+  chromium("--virtual-time-budget=3000 --window-size=1200,1000 --screenshot=" + shot + " '" + url + "'");
+  std::ifstream png(shot, std::ios::binary);
+  ASSERT_TRUE(png.good()) << "no screenshot";
+  std::string head(8, '\0');
+  png.read(head.data(), 8);
+  EXPECT_EQ(head, "\x89PNG\r\n\x1a\n");
+  EXPECT_GT(std::filesystem::file_size(shot), 10000u);
+  if (const char* keep = std::getenv("MANTA_KEEP_SCREENSHOT")) std::filesystem::copy_file(shot, keep,
+      std::filesystem::copy_options::overwrite_existing);
+}
+
+TEST_F(dashboard, every_url_needs_the_token_and_metrics_speak_prometheus) {
+  for (int i = 0; i < 5; ++i) manta::get(manta::task(triple).remote(i));
+  std::string url = start_board();
+  ASSERT_FALSE(url.empty());
+  std::string base = url.substr(0, url.find('?'));
+  std::string token = url.substr(url.find("token=") + 6);
+  EXPECT_NE(chromium("--dump-dom '" + base + "'").find("a token is needed"), std::string::npos);
+  EXPECT_NE(chromium("--dump-dom '" + base + "?token=" + std::string(token.size(), '0') + "'").find("a token is needed"),
+            std::string::npos);
+  std::string metrics = chromium("--dump-dom '" + base + "metrics?token=" + token + "'");
+  EXPECT_NE(metrics.find("# TYPE manta_tasks_finished_total counter"), std::string::npos) << metrics;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(metrics, m, std::regex("manta_tasks_finished_total (\\d+)"))) << metrics;
+  EXPECT_EQ(std::stoul(m[1]), manta::detail::counters().tasks_finished);
+  EXPECT_NE(metrics.find("manta_resource_total{resource=\"CPU\"} 2"), std::string::npos) << metrics;
+  std::string api = chromium("--dump-dom '" + base + "api/memory?token=" + token + "'");
+  EXPECT_NE(api.find("\"summary\""), std::string::npos) << api;
+}
+
+TEST_F(dashboard, the_dashboard_ends_with_its_runtime) {
+  std::string url = start_board();
+  ASSERT_FALSE(url.empty());
+  manta::shutdown();  // its socket goes
+  EXPECT_TRUE(manta::testing::eventually([&] { return ::waitpid(board_, nullptr, WNOHANG) == board_; }));
+  board_ = -1;
+  manta::init({.num_workers = 2, .log_dir = dir_});
+  pids_ = manta::detail::runtime_process_ids();
+}
+
+}  // namespace
