@@ -13,6 +13,7 @@
 
 #include <manta/buffer.hpp>
 #include <manta/detail/core.hpp>
+#include <manta/detail/progress.hpp>
 #include <manta/errors.hpp>
 #include <manta/serialization.hpp>
 
@@ -140,12 +141,19 @@ T get(const object_ref<T>& ref, std::chrono::duration<Rep, Period> timeout) {
 /// Block until every ref is ready; values in the order of `refs`.
 template <class T>
 auto get(const std::vector<object_ref<T>>& refs) {
+  detail::progress_bar bar(refs.size(), "get");
   if constexpr (std::is_void_v<T>) {
-    for (const auto& r : refs) get(r);
+    for (const auto& r : refs) {
+      get(r);
+      bar.advance();
+    }
   } else {
     std::vector<T> out;
     out.reserve(refs.size());
-    for (const auto& r : refs) out.push_back(get(r));
+    for (const auto& r : refs) {
+      out.push_back(get(r));
+      bar.advance();
+    }
     return out;
   }
 }
@@ -154,12 +162,19 @@ auto get(const std::vector<object_ref<T>>& refs) {
 template <class T, class Rep, class Period>
 auto get(const std::vector<object_ref<T>>& refs, std::chrono::duration<Rep, Period> timeout) {
   auto until = detail::deadline_after(timeout);
+  detail::progress_bar bar(refs.size(), "get");
   if constexpr (std::is_void_v<T>) {
-    for (const auto& r : refs) detail::fetch_value<T>(r.node(), until);
+    for (const auto& r : refs) {
+      detail::fetch_value<T>(r.node(), until);
+      bar.advance();
+    }
   } else {
     std::vector<T> out;
     out.reserve(refs.size());
-    for (const auto& r : refs) out.push_back(detail::fetch_value<T>(r.node(), until));
+    for (const auto& r : refs) {
+      out.push_back(detail::fetch_value<T>(r.node(), until));
+      bar.advance();
+    }
     return out;
   }
 }

@@ -39,6 +39,11 @@ struct options {
   /// ones first, before the kernel's OOM killer picks the driver; the task is
   /// retried under max_retries, then fails with out_of_memory_error. 0: off.
   double memory_threshold = 0.95;
+  /// Long waits in the driver (get and wait of many refs, pool.map, imap) draw
+  /// a progress bar on stderr: done/total, rate, elapsed time and ETA. Only
+  /// while stderr is a terminal, and only once a wait has lasted 0.3 s; never
+  /// in workers. MANTA_PROGRESS=1 turns it on too.
+  bool progress = false;
 };
 
 }  // namespace manta

@@ -204,15 +204,17 @@ class result_stream {
   using chunk_ref = object_ref<std::vector<R>>;
   using feed_fn = std::function<std::optional<chunk_ref>()>;
 
+  /// @param items  how many results it will yield, 0 if not known (for the progress bar)
   result_stream(std::shared_ptr<detail::pool_state> pool, std::vector<chunk_ref> chunks, feed_fn feed,
-                std::size_t window, bool ordered)
-      : pool_(std::move(pool)), feed_(std::move(feed)), window_(window) {
+                std::size_t window, bool ordered, std::size_t items = 0, const char* what = "imap")
+      : pool_(std::move(pool)), feed_(std::move(feed)), window_(window), items_(items), what_(what) {
     if (!ordered) unordered_.emplace(std::vector<chunk_ref>{});
     for (auto& c : chunks) add(std::move(c));
   }
 
   /// The next result, or nullopt at the end. Rethrows a chunk's failure.
   std::optional<R> next() {
+    if (!bar_ && !done_) bar_ = std::make_unique<detail::progress_bar>(items_, what_);
     while (buffer_.empty()) {
       top_up();
       std::optional<chunk_ref> chunk;
@@ -222,13 +224,18 @@ class result_stream {
         chunk = std::move(in_order_.front());
         in_order_.pop_front();
       }
-      if (!chunk) return std::nullopt;
+      if (!chunk) {
+        bar_.reset();  // the last line drawn, if any
+        done_ = true;
+        return std::nullopt;
+      }
       --in_flight_;
       std::vector<R> part = get(*chunk);
       buffer_.assign(std::make_move_iterator(part.begin()), std::make_move_iterator(part.end()));
     }
     R r = std::move(buffer_.front());
     buffer_.pop_front();
+    bar_->advance();
     return r;
   }
 
@@ -263,6 +270,10 @@ class result_stream {
   std::deque<chunk_ref> in_order_;                 // imap
   std::optional<completion_stream<std::vector<R>>> unordered_;  // imap_unordered
   std::deque<R> buffer_;
+  std::size_t items_;
+  const char* what_;
+  std::unique_ptr<detail::progress_bar> bar_;  // made by the first next()
+  bool done_ = false;
 };
 
 /// What map_async and starmap_async return (multiprocessing's AsyncResult):
@@ -439,7 +450,11 @@ class pool {
     if constexpr (std::ranges::sized_range<Items>) {
       auto chunks = detail::submit_chunks<R, X>(fn, mode, state_->max_retries, xs, chunksize);
       out.reserve(std::ranges::size(xs));
-      for (const auto& c : chunks) detail::append_chunk(c, out);
+      detail::progress_bar bar(std::ranges::size(xs), what);
+      for (const auto& c : chunks) {
+        detail::append_chunk(c, out);
+        bar.set(out.size());
+      }
     } else {
       for (auto& r : stream<R, X>(fn, mode, std::forward<Items>(xs), chunksize, true, what))
         out.push_back(std::move(r));
@@ -454,12 +469,12 @@ class pool {
     if constexpr (std::ranges::sized_range<Items>) {
       auto chunks = detail::submit_chunks<R, X>(fn, mode, state_->max_retries, xs, chunksize);
       for (const auto& c : chunks) state_->track(c);
-      return {state_, std::move(chunks), nullptr, 0, ordered};
+      return {state_, std::move(chunks), nullptr, 0, ordered, std::ranges::size(xs), what};
     } else {
       using V = std::views::all_t<Items>;
       auto feeder = std::make_shared<detail::chunk_feeder<R, X, V>>(
           state_, fn, mode, std::views::all(std::forward<Items>(xs)), chunksize);
-      return {state_, {}, [feeder] { return feeder->next(); }, 2 * detail::worker_count(), ordered};
+      return {state_, {}, [feeder] { return feeder->next(); }, 2 * detail::worker_count(), ordered, 0, what};
     }
   }
 

@@ -3,6 +3,8 @@
 // ref collection).
 #include "process/context.hpp"
 
+#include <manta/detail/progress.hpp>
+
 #include <cxxabi.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -148,7 +150,18 @@ void unpin(ref_node* n) noexcept {
 void wait_nodes(std::span<ref_node* const> nodes, std::size_t num, deadline until,
                 std::vector<bool>& ready) {
   context_use use;
-  require_context("wait").wait(nodes, num, until, ready);
+  auto& ctx = require_context("wait");
+  if (num > 1 && !ctx.is_worker() && progress_wanted()) {
+    // With a bar: waited for in slices, the bar redrawn between them.
+    progress_bar bar(num, "wait");
+    for (;;) {
+      ctx.wait(nodes, num, std::min(until, clock::now() + std::chrono::milliseconds(100)), ready);
+      auto n = static_cast<std::size_t>(std::count(ready.begin(), ready.end(), true));
+      bar.set(std::min(n, num));
+      if (n >= num || clock::now() >= until) return;
+    }
+  }
+  ctx.wait(nodes, num, until, ready);
 }
 
 ref_node* ref_from_id(const object_id& id) {

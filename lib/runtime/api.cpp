@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
+#include <manta/detail/progress.hpp>
 #include <manta/errors.hpp>
 #include <manta/runtime.hpp>
 
@@ -95,6 +97,8 @@ void init(const options& opts) {
     throw usage_error("manta: options.memory_threshold must be a fraction in [0, 1] (0: off), not " +
                       std::to_string(opts.memory_threshold));
   if (opts.worker_setup) detail::function_for(opts.worker_setup);  // registered, or usage_error
+  const char* progress_env = std::getenv("MANTA_PROGRESS");
+  detail::set_progress(opts.progress || (progress_env && std::strcmp(progress_env, "1") == 0));
   if (opts.local_mode) {
     local = new runtime::local_runtime(opts);
     process::set_current_context(local);
