@@ -51,9 +51,12 @@ __attribute__((noinline)) int crash_in_task(int depth) {
 }
 MANTA_REMOTE(crash_in_task);
 
+int never_registered(int x) { return x; }  // no MANTA_REMOTE: on purpose
+
 struct tally {
   int n = 0;
   int add(int k) { return n += k; }
+  int forgotten(int k) { return k; }  // not in MANTA_ACTOR: on purpose
 };
 MANTA_ACTOR(tally, &tally::add);
 
@@ -264,6 +267,24 @@ TEST_F(observe, a_worker_killed_from_outside_has_no_stack_to_report) {
   } catch (const manta::worker_crashed_error& e) {
     EXPECT_EQ(e.signal(), SIGKILL);
     EXPECT_TRUE(e.stack().empty()) << e.stack();
+  }
+}
+
+TEST_F(observe, unregistered_functions_and_methods_are_named_in_the_error) {
+  try {
+    manta::task(never_registered).remote(1);
+    FAIL();
+  } catch (const manta::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'(anonymous namespace)::never_registered(int)' is not registered"),
+              std::string::npos)
+        << e.what();
+  }
+  auto t = manta::actor<tally>().remote();
+  try {
+    t.task(&tally::forgotten).remote(1);
+    FAIL();
+  } catch (const manta::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("tally::forgotten(int)"), std::string::npos) << e.what();
   }
 }
 

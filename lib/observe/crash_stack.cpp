@@ -43,6 +43,10 @@ void install_crash_handler(const std::string& dir) {
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP}) ::sigaction(sig, &sa, nullptr);
 }
 
+std::string name_of_address(const void* address) {
+  return boost::stacktrace::frame(reinterpret_cast<boost::stacktrace::frame::native_frame_ptr_t>(address)).name();
+}
+
 std::string take_crash_stack(const std::string& dir, pid_t pid) {
   if (dir.empty()) return {};
   const std::string path = dir + "/crash-" + std::to_string(pid) + ".stack";

@@ -16,6 +16,10 @@ namespace manta::observe {
 /// overflow is reported too. `dir` empty: nothing is installed.
 void install_crash_handler(const std::string& dir);
 
+/// The demangled name of the function at `address` in this process (from the
+/// symbol table, exported or not), or "" if none is known.
+std::string name_of_address(const void* address);
+
 /// The stack process `pid` wrote before it died, one "#n name at file:line"
 /// per line, or "" if it wrote none; the file is removed.
 std::string take_crash_stack(const std::string& dir, pid_t pid);

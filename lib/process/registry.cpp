@@ -11,6 +11,8 @@
 
 #include <manta/registry.hpp>
 
+#include "observe/crash_stack.hpp"
+
 namespace manta::detail {
 namespace {
 
@@ -70,7 +72,14 @@ const function_info& method_for(std::uint64_t class_tag, const void* member, std
       return *m;
     }
   auto name = r.class_names.find(class_tag);
-  throw usage_error("manta: this method of " +
+  // A non-virtual member pointer starts with the function's address (Itanium C++ ABI; odd: virtual).
+  std::string method = "this method";
+  std::uintptr_t first = 0;
+  if (size >= sizeof first) std::memcpy(&first, member, sizeof first);
+  if (first && !(first & 1))
+    if (std::string symbol = observe::name_of_address(reinterpret_cast<const void*>(first)); !symbol.empty())
+      method = "method " + symbol;
+  throw usage_error("manta: " + method + " of " +
                     (name != r.class_names.end() ? name->second : type_name_of_tag(class_tag)) +
                     " is not registered; list it in MANTA_ACTOR(" +
                     (name != r.class_names.end() ? name->second : std::string("T")) + ", &T::method, ...)");
@@ -97,10 +106,10 @@ const function_info& function_for(erased_fn fn) {
   std::lock_guard lock(r.mu);
   auto it = r.by_fn.find(fn);
   if (it == r.by_fn.end()) {
-    Dl_info info{};
-    std::string name = ::dladdr(reinterpret_cast<void*>(fn), &info) && info.dli_sname
-                           ? info.dli_sname
-                           : "at " + std::to_string(reinterpret_cast<std::uintptr_t>(fn));
+    // Named from the symbol table (static functions too), else by address.
+    std::string name = observe::name_of_address(reinterpret_cast<const void*>(fn));
+    if (name.empty()) name = "at " + std::to_string(reinterpret_cast<std::uintptr_t>(fn));
+    else name = "'" + name + "'";
     throw usage_error("manta: function " + name +
                       " is not registered; add MANTA_REMOTE(<name>) at namespace scope");
   }
