@@ -53,6 +53,21 @@ MANTA_REMOTE(crash_in_task);
 
 int never_registered(int x) { return x; }  // no MANTA_REMOTE: on purpose
 
+__attribute__((noinline)) void deep_thrower(int x) {
+  if (x > 0) throw std::invalid_argument("deep " + std::to_string(x));
+}
+int throws_deep(int x) {
+  try {
+    throw std::runtime_error("caught inside the task");  // not the one that escapes
+  } catch (const std::runtime_error&) {
+  }
+  deep_thrower(x);
+  return 0;
+}
+MANTA_REMOTE(throws_deep);
+int throws_in_library(int x) { return std::vector<int>{}.at(static_cast<std::size_t>(x)); }
+MANTA_REMOTE(throws_in_library);
+
 struct tally {
   int n = 0;
   int add(int k) { return n += k; }
@@ -267,6 +282,37 @@ TEST_F(observe, a_worker_killed_from_outside_has_no_stack_to_report) {
   } catch (const manta::worker_crashed_error& e) {
     EXPECT_EQ(e.signal(), SIGKILL);
     EXPECT_TRUE(e.stack().empty()) << e.stack();
+  }
+}
+
+TEST_F(observe, a_task_error_carries_the_stack_where_its_exception_was_thrown) {
+  try {
+    manta::get(manta::task(throws_deep).remote(3));
+    FAIL();
+  } catch (const manta::task_error& e) {
+    EXPECT_EQ(e.remote_type(), "std::invalid_argument");
+    const std::string& stack = e.stack();
+    ASSERT_NE(stack.find("deep_thrower(int)"), std::string::npos) << stack;
+    EXPECT_LT(stack.find("deep_thrower(int)"), stack.find("throws_deep(int)")) << stack;
+    EXPECT_EQ(stack.find("run_task_body"), std::string::npos) << "the runtime's frames are cut: " << stack;
+    EXPECT_NE(std::string(e.what()).find("thrown at:"), std::string::npos) << e.what();
+    if (std::getenv("MANTA_SHOW_STACK")) std::fprintf(stderr, "%s\n", e.what());
+  }
+  // A failure that travels through a dependent keeps the root's stack.
+  auto dependent = manta::task(add_one).remote(manta::task(throws_deep).remote(1));
+  try {
+    manta::get(dependent);
+    FAIL();
+  } catch (const manta::task_error& e) {
+    EXPECT_NE(e.stack().find("deep_thrower(int)"), std::string::npos) << e.stack();
+  }
+  // Thrown inside libstdc++ (vector::at, through its PLT): the task's frames are there.
+  try {
+    manta::get(manta::task(throws_in_library).remote(2));
+    FAIL();
+  } catch (const manta::task_error& e) {
+    EXPECT_EQ(e.remote_type(), "std::out_of_range");
+    EXPECT_NE(e.stack().find("throws_in_library(int)"), std::string::npos) << e.stack();
   }
 }
 

@@ -40,14 +40,17 @@ class task_error : public error {
   /// @param function    name of the task that threw
   /// @param pid         process the task ran in
   /// @param chain       the tasks the failure travelled through, outermost first ("" if none)
+  /// @param stack       where it was thrown, one frame per line ("" if not known)
   task_error(std::string remote_type, std::string message, std::string function, int pid,
-             std::string chain = {})
+             std::string chain = {}, std::string stack = {})
       : error("task '" + function + "' (pid " + std::to_string(pid) + ") threw " + remote_type +
-              ": " + message + (chain.empty() ? "" : " [failed through: " + chain + "]")),
+              ": " + message + (chain.empty() ? "" : " [failed through: " + chain + "]") +
+              (stack.empty() ? "" : "\nthrown at:\n" + stack)),
         remote_type_(std::move(remote_type)),
         message_(std::move(message)),
         function_(std::move(function)),
         chain_(std::move(chain)),
+        stack_(std::move(stack)),
         pid_(pid) {}
 
   const std::string& remote_type() const noexcept { return remote_type_; }
@@ -56,9 +59,14 @@ class task_error : public error {
   int pid() const noexcept { return pid_; }
   /// Tasks that failed because this one did, outermost first, separated by " <- ".
   const std::string& chain() const noexcept { return chain_; }
+  /// Where the exception was thrown inside the task, one "#n function at
+  /// file:line" per line (file and line with debug information), or "" when it
+  /// could not be had (thrown inside a compiled library, or rethrown with
+  /// std::rethrow_exception; local_mode).
+  const std::string& stack() const noexcept { return stack_; }
 
  private:
-  std::string remote_type_, message_, function_, chain_;
+  std::string remote_type_, message_, function_, chain_, stack_;
   int pid_;
 };
 

@@ -40,7 +40,7 @@ void throw_error(const error_info& e) {
   const std::string via = e.chain.empty() ? "" : " (via " + e.chain + ")";
   switch (e.kind) {
     case error_kind::task_exception:
-      throw task_error(e.remote_type, e.message, e.function, e.pid, e.chain);
+      throw task_error(e.remote_type, e.message, e.function, e.pid, e.chain, e.stack);
     case error_kind::worker_crashed:
       throw worker_crashed_error(e.message + via, e.function, e.pid, e.signal, e.stack);
     case error_kind::actor_died:

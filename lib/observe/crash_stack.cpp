@@ -4,7 +4,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <vector>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -43,6 +46,29 @@ void install_crash_handler(const std::string& dir) {
   for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP}) ::sigaction(sig, &sa, nullptr);
 }
 
+std::string describe_frames(const void* const* frames, std::size_t count, std::string_view stop_at) {
+  std::string out;
+  std::size_t shown = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    // A return address may lie past the end of its function (a call that never
+    // returns, as a throw's): the byte before it is still inside.
+    auto at = reinterpret_cast<std::uintptr_t>(frames[i]);
+    boost::stacktrace::frame f(reinterpret_cast<boost::stacktrace::frame::native_frame_ptr_t>(at));
+    std::string name = f.name();
+    if (name.empty() && at > 0) {
+      f = boost::stacktrace::frame(reinterpret_cast<boost::stacktrace::frame::native_frame_ptr_t>(at - 1));
+      name = f.name();
+    }
+    if (!stop_at.empty() && name.find(stop_at) != std::string::npos) break;
+    if (shown == 0 && name.empty()) continue;  // the kernel's signal trampoline
+    std::string file = f.source_file();
+    out += "  #" + std::to_string(shown++) + " " + (name.empty() ? "??" : name);
+    if (!file.empty()) out += " at " + file + ":" + std::to_string(f.source_line());
+    out += "\n";
+  }
+  return out;
+}
+
 std::string name_of_address(const void* address) {
   return boost::stacktrace::frame(reinterpret_cast<boost::stacktrace::frame::native_frame_ptr_t>(address)).name();
 }
@@ -57,23 +83,11 @@ std::string take_crash_stack(const std::string& dir, pid_t pid) {
   in.close();
   std::remove(path.c_str());
   const std::string bytes = raw.str();
-  auto trace = boost::stacktrace::stacktrace::from_dump(bytes.data(), bytes.size());
-  std::string out;
-  std::size_t i = 0;
-  for (const auto& frame : trace) {
-    std::string name = frame.name();
-    // Below the worker's loop lie the zygote's fork and the driver's init: not the task's story.
-    if (name.find("manta::process::run_worker") != std::string::npos) break;
-    if (i == 0 && name.empty()) continue;  // the kernel's signal trampoline
-    std::string file = frame.source_file();
-    char line[64];
-    std::snprintf(line, sizeof line, "  #%zu ", i++);
-    out += line;
-    out += name.empty() ? "??" : name;
-    if (!file.empty()) out += " at " + file + ":" + std::to_string(frame.source_line());
-    out += "\n";
-  }
-  return out;
+  std::vector<const void*> frames(bytes.size() / sizeof(void*));
+  std::memcpy(frames.data(), bytes.data(), frames.size() * sizeof(void*));
+  while (!frames.empty() && !frames.back()) frames.pop_back();  // the dump ends with a 0
+  // Below the worker's loop lie the zygote's fork and the driver's init: not the task's story.
+  return describe_frames(frames.data(), frames.size(), "manta::process::run_worker");
 }
 
 }  // namespace manta::observe

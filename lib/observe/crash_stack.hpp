@@ -7,7 +7,9 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace manta::observe {
 
@@ -15,6 +17,11 @@ namespace manta::observe {
 /// SIGTRAP in this process (a worker), with an alternate stack so a stack
 /// overflow is reported too. `dir` empty: nothing is installed.
 void install_crash_handler(const std::string& dir);
+
+/// Frames (return addresses of this process, innermost first) as text, one
+/// "  #n function at file:line" per line, ending before the first frame whose
+/// name contains `stop_at` (the runtime's frames below the user's code).
+std::string describe_frames(const void* const* frames, std::size_t count, std::string_view stop_at);
 
 /// The demangled name of the function at `address` in this process (from the
 /// symbol table, exported or not), or "" if none is known.
