@@ -43,7 +43,12 @@ void install_crash_handler(const std::string& dir) {
   sa.sa_handler = on_fatal_signal;
   sa.sa_flags = SA_ONSTACK | SA_RESETHAND | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP}) ::sigaction(sig, &sa, nullptr);
+  // A handler the program installed before init (inherited through the forks) stays.
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL)
+      ::sigaction(sig, &sa, nullptr);
+  }
 }
 
 std::string describe_frames(const void* const* frames, std::size_t count, std::string_view stop_at) {

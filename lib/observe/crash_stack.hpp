@@ -15,7 +15,8 @@ namespace manta::observe {
 
 /// Installs the handler for SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT and
 /// SIGTRAP in this process (a worker), with an alternate stack so a stack
-/// overflow is reported too. `dir` empty: nothing is installed.
+/// overflow is reported too, for each of them still at its default (the
+/// program's own handlers stay). `dir` empty: nothing is installed.
 void install_crash_handler(const std::string& dir);
 
 /// Frames (return addresses of this process, innermost first) as text, one
