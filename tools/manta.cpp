@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -94,11 +95,17 @@ void print_status(const json& s) {
     res += buf;
   }
   std::printf("resources: %s\n", res.c_str());
-  if (!s["actors"].empty()) {
-    std::printf("actors:");
-    for (const auto& a : s["actors"])
-      std::printf(" %s (%s, %zu queued)", a["class"].get<std::string>().c_str(), a["state"].get<std::string>().c_str(),
-                  a["queued_calls"].get<std::size_t>());
+  if (const json& actors = s["actors"]; !actors.empty()) {
+    std::printf("actors: %zu", actors.size());
+    if (actors.size() <= 5) {
+      for (const auto& a : actors)
+        std::printf("; %s (%s, %zu queued)", a["class"].get<std::string>().c_str(),
+                    a["state"].get<std::string>().c_str(), a["queued_calls"].get<std::size_t>());
+    } else {  // hundreds of actors: how many in each state (--json lists them)
+      std::map<std::string, int> states;
+      for (const auto& a : actors) ++states[a["state"].get<std::string>()];
+      for (const auto& [state, count] : states) std::printf("; %d %s", count, state.c_str());
+    }
     std::printf("\n");
   }
   const json& o = s["objects"];
@@ -195,7 +202,9 @@ int main(int argc, char** argv) {
                   output.c_str());
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "manta: %s\n", e.what());
+    std::string why = e.what();
+    if (why.rfind("manta: ", 0) == 0) why.erase(0, 7);
+    std::fprintf(stderr, "manta: %s\n", why.c_str());
     return 1;
   }
   return 0;

@@ -15,6 +15,9 @@ namespace manta::detail {
 namespace {
 
 std::atomic<bool> progress_option{false};
+/// One bar at a time owns the line: a second thread's wait, or a wait nested
+/// in one with a bar (get inside map), stays silent.
+std::atomic<bool> line_taken{false};
 
 /// A bar waits this long before it shows: a quick get draws nothing.
 constexpr auto quiet_start = std::chrono::milliseconds(300);
@@ -37,6 +40,8 @@ void set_progress(bool on) noexcept { progress_option.store(on, std::memory_orde
 
 progress_bar::progress_bar(std::size_t total, const char* what) noexcept
     : total_(total), what_(what), on_(total != 1 && progress_wanted()) {
+  bool free_line = false;
+  if (on_ && !line_taken.compare_exchange_strong(free_line, true, std::memory_order_acquire)) on_ = false;
   if (on_) {
     start_ = std::chrono::steady_clock::now();
     next_ = start_ + quiet_start;
@@ -44,7 +49,9 @@ progress_bar::progress_bar(std::size_t total, const char* what) noexcept
 }
 
 progress_bar::~progress_bar() {
-  if (on_ && drawn_) draw(true);
+  if (!on_) return;
+  if (drawn_) draw(true);
+  line_taken.store(false, std::memory_order_release);
 }
 
 void progress_bar::draw(bool last) noexcept {

@@ -1,7 +1,8 @@
 // detail/progress.hpp: the progress bar of long waits (options.progress, or
 // MANTA_PROGRESS=1): get and wait of many refs, pool.map and imap. It draws
 // on stderr only while stderr is a terminal, only once a wait has lasted a
-// moment, and at most ten times a second; switched off, advancing it is an add.
+// moment, and at most ten times a second; one bar at a time (other threads'
+// waits, and waits nested in one, draw none); switched off, advancing it is an add.
 #pragma once
 
 #include <chrono>
