@@ -445,6 +445,42 @@ TEST_F(observe, a_timeline_capture_holds_up_no_other_request) {
   capture.join();
 }
 
+TEST(observe_alone, the_timeline_marks_spills_and_process_deaths) {
+  std::string dir = manta::testing::temp_path("observe-instants");
+  std::string path = dir + "/trace.json";
+  std::filesystem::create_directories(dir);
+  ::setenv("MANTA_TIMELINE", path.c_str(), 1);
+  manta::init({.num_workers = 1, .object_store_bytes = 8 << 20, .log_dir = dir});
+  ::unsetenv("MANTA_TIMELINE");
+  std::vector<manta::object_ref<std::vector<double>>> refs;
+  for (int i = 0; i < 4; ++i) refs.push_back(manta::put(make_big(3 << 17)));  // 3 MB each in 8 MB: spills
+  auto slow = manta::task(sleep_ms).max_retries(0).remote(20000);
+  auto pids = manta::detail::runtime_process_ids();
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_TRUE(eventually([&] {
+    std::string socket = manta::observe::find_runtimes(dir).at(0).socket;
+    return json::parse(manta::observe::ask(socket, "status"))["tasks"]["running"] == 1;
+  }));
+  ::kill(pids[1], SIGKILL);
+  EXPECT_THROW(manta::get(slow, std::chrono::seconds(20)), manta::worker_crashed_error);
+  manta::shutdown();
+  std::ifstream in(path);
+  json trace = json::parse(in);
+  int spills = 0, deaths = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "i") continue;
+    if (e["name"] == "spill") ++spills;
+    if (e["name"] == "process died") {
+      ++deaths;
+      EXPECT_EQ(e["pid"].get<int>(), pids[1]);
+      EXPECT_NE(e["args"]["detail"].get<std::string>().find("SIGKILL"), std::string::npos) << e.dump();
+    }
+  }
+  EXPECT_GE(spills, 1);
+  EXPECT_EQ(deaths, 1);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(observe, manta_timeline_records_a_running_program_for_a_while) {
   std::atomic<bool> stop{false};
   std::thread submitter([&] {
