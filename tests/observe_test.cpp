@@ -391,6 +391,19 @@ TEST(observe_alone, a_driver_killed_leaves_no_socket_and_no_runtime_is_found) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(observe_alone, a_log_dir_others_may_write_gets_no_socket_stacks_or_logs_and_the_runtime_works) {
+  std::string dir = manta::testing::temp_path("observe-shared");
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::all);  // 0777: anyone could plant links there
+  manta::init({.num_workers = 1, .log_dir = dir});
+  EXPECT_EQ(manta::get(manta::task(chatty).remote(1)) > 0, true);
+  EXPECT_TRUE(manta::observe::find_runtimes(dir).empty());
+  manta::shutdown();
+  for (const auto& f : std::filesystem::directory_iterator(dir))
+    EXPECT_NE(f.path().filename().string().rfind("worker-", 0), 0u) << f.path();
+  std::filesystem::remove_all(dir);
+}
+
 TEST(observe_alone, MANTA_TIMELINE_writes_one_event_per_task_and_call) {
   std::string dir = manta::testing::temp_path("observe-timeline");
   std::string path = dir + "/trace.json";

@@ -95,10 +95,15 @@ http::response<http::string_body> answer(const server_state& s, const http::requ
       if (s.chart_js.empty()) return reply(http::status::not_found, "// Chart.js is not installed\n", "text/javascript");
       return reply(http::status::ok, s.chart_js, "text/javascript");
     }
-    if (path == "/api/status") return reply(http::status::ok, observe::ask(s.opts.socket, "status"), "application/json");
-    if (path == "/api/memory") return reply(http::status::ok, observe::ask(s.opts.socket, "memory"), "application/json");
+    // The one I/O thread asks the runtime: a runtime that does not answer
+    // holds the other sessions up at most this long.
+    constexpr int ask_ms = 3000;
+    if (path == "/api/status")
+      return reply(http::status::ok, observe::ask(s.opts.socket, "status", ask_ms), "application/json");
+    if (path == "/api/memory")
+      return reply(http::status::ok, observe::ask(s.opts.socket, "memory", ask_ms), "application/json");
     if (path == "/metrics")
-      return reply(http::status::ok, prometheus_metrics(json::parse(observe::ask(s.opts.socket, "status"))),
+      return reply(http::status::ok, prometheus_metrics(json::parse(observe::ask(s.opts.socket, "status", ask_ms))),
                    "text/plain; version=0.0.4");
   } catch (const std::exception& e) {
     return reply(http::status::service_unavailable, json{{"error", e.what()}}.dump(), "application/json");
@@ -138,11 +143,20 @@ class session : public std::enable_shared_from_this<session> {
   const server_state& state_;
 };
 
-void accept(tcp::acceptor& acceptor, const server_state& s) {
-  acceptor.async_accept([&acceptor, &s](beast::error_code ec, tcp::socket socket) {
+void accept(tcp::acceptor& acceptor, asio::steady_timer& backoff, const server_state& s) {
+  acceptor.async_accept([&acceptor, &backoff, &s](beast::error_code ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
-    if (!ec) std::make_shared<session>(std::move(socket), s)->start();
-    accept(acceptor, s);
+    if (!ec) {
+      std::make_shared<session>(std::move(socket), s)->start();
+      accept(acceptor, backoff, s);
+      return;
+    }
+    // Out of descriptors, most likely: the connection stays pending, so wait
+    // a little rather than spin on it.
+    backoff.expires_after(std::chrono::milliseconds(100));
+    backoff.async_wait([&acceptor, &backoff, &s](beast::error_code e) {
+      if (!e) accept(acceptor, backoff, s);
+    });
   });
 }
 
@@ -235,9 +249,9 @@ int run_dashboard(const dashboard_options& o) {
   tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), o.port});
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](beast::error_code, int) { io.stop(); });
-  asio::steady_timer timer(io);
+  asio::steady_timer timer(io), backoff(io);
   if (o.exit_with_runtime) watch_runtime(timer, s, io);
-  accept(acceptor, s);
+  accept(acceptor, backoff, s);
   std::printf("dashboard: http://127.0.0.1:%u/?token=%s\n", acceptor.local_endpoint().port(), s.token.c_str());
   std::fflush(stdout);
   io.run();

@@ -77,18 +77,16 @@ bool same_user(int fd) {
 
 std::string error_reply(const std::string& what) { return nlohmann::json{{"error", what}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
-/// `dir` is ours and nobody else may write in it: a socket made there cannot be
-/// swapped for a link between bind and chmod.
+}  // namespace
+
 void check_private_dir(const std::string& dir) {
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0)
+  struct stat st {};  // (a link is followed: what it leads to must be ours)
+  if (::stat(dir.c_str(), &st) != 0)
     throw std::system_error(errno, std::generic_category(), "manta: " + dir);
   if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)))
     throw std::system_error(EPERM, std::generic_category(),
                             "manta: " + dir + " is not a directory of this user that only it can write to");
 }
-
-}  // namespace
 
 std::string socket_path(const std::string& log_dir, pid_t pid, std::uint32_t epoch) {
   char name[64];

@@ -58,6 +58,10 @@ class control_server {
   std::vector<std::unique_ptr<client>> clients_;  ///< only the accepting thread touches the vector
 };
 
+/// Throws std::system_error unless `dir` is a directory of this user that
+/// nobody else may write to (files made there by name cannot be swapped for links).
+void check_private_dir(const std::string& dir);
+
 /// A runtime answering in a log_dir.
 struct runtime_address {
   std::string socket;  ///< path of its socket

@@ -1,8 +1,11 @@
 // observe/crash_stack.cpp: writing the frames in the dying worker, naming them in the driver.
 #include "observe/crash_stack.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <cstdint>
 #include <cstdio>
@@ -18,13 +21,25 @@ namespace manta::observe {
 namespace {
 
 constexpr std::size_t max_frames = 64;
-char dump_path[512] = {};  ///< set before the handler is installed, read in it
+// Set before the handler is installed, read in it.
+char dump_path[512] = {};
+pid_t dump_pid = 0;                    ///< the worker's: a child it forked writes nothing
+std::atomic<bool> dumping{false};      ///< two threads faulting at once: the first one writes
+void* frames[max_frames + 1];
 
 void on_fatal_signal(int sig) {
-  // Only what is async-signal-safe: safe_dump_to walks the stack and writes
-  // raw addresses with open/write. Then the signal, back to its default, ends
+  // Only what is async-signal-safe: safe_dump_to walks the stack into memory
+  // we own, then open and write. Then the signal, back to its default, ends
   // the process as it would have without us (the driver sees the same status).
-  boost::stacktrace::safe_dump_to(1, max_frames, dump_path);
+  if (::getpid() == dump_pid && !dumping.exchange(true)) {
+    std::size_t n = boost::stacktrace::safe_dump_to(1, frames, sizeof frames);  // ends with a 0
+    ::unlink(dump_path);  // a stale one of an earlier process with this pid
+    int fd = ::open(dump_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      [[maybe_unused]] auto w = ::write(fd, frames, n * sizeof(void*));
+      ::close(fd);
+    }
+  }
   ::raise(sig);
 }
 
@@ -32,7 +47,8 @@ void on_fatal_signal(int sig) {
 
 void install_crash_handler(const std::string& dir) {
   if (dir.empty()) return;
-  int n = std::snprintf(dump_path, sizeof dump_path, "%s/crash-%d.stack", dir.c_str(), static_cast<int>(::getpid()));
+  dump_pid = ::getpid();
+  int n = std::snprintf(dump_path, sizeof dump_path, "%s/crash-%d.stack", dir.c_str(), static_cast<int>(dump_pid));
   if (n <= 0 || static_cast<std::size_t>(n) >= sizeof dump_path) return;
   static char alt[1 << 16];  // SIGSEGV from a stack overflow needs a stack of its own
   stack_t ss{};

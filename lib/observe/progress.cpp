@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,8 +17,26 @@ namespace {
 
 std::atomic<bool> progress_option{false};
 /// One bar at a time owns the line: a second thread's wait, or a wait nested
-/// in one with a bar (get inside map), stays silent.
-std::atomic<bool> line_taken{false};
+/// in one with a bar (get inside map), stays silent. A bar that has not moved
+/// for a while (an imap range the program stopped reading but keeps) loses it
+/// to the next one.
+std::atomic<const progress_bar*> line_owner{nullptr};
+std::atomic<std::int64_t> line_touched{0};  ///< steady clock ns of the owner's last advance
+constexpr std::int64_t stale_after_ns = 10'000'000'000;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool take_line(const progress_bar* bar) {
+  const progress_bar* owner = nullptr;
+  if (!line_owner.compare_exchange_strong(owner, bar) &&
+      !(now_ns() - line_touched.load() > stale_after_ns && line_owner.compare_exchange_strong(owner, bar)))
+    return false;
+  line_touched.store(now_ns());
+  return true;
+}
 
 /// A bar waits this long before it shows: a quick get draws nothing.
 constexpr auto quiet_start = std::chrono::milliseconds(300);
@@ -40,8 +59,7 @@ void set_progress(bool on) noexcept { progress_option.store(on, std::memory_orde
 
 progress_bar::progress_bar(std::size_t total, const char* what) noexcept
     : total_(total), what_(what), on_(total != 1 && progress_wanted()) {
-  bool free_line = false;
-  if (on_ && !line_taken.compare_exchange_strong(free_line, true, std::memory_order_acquire)) on_ = false;
+  if (on_ && !take_line(this)) on_ = false;
   if (on_) {
     start_ = std::chrono::steady_clock::now();
     next_ = start_ + quiet_start;
@@ -49,14 +67,20 @@ progress_bar::progress_bar(std::size_t total, const char* what) noexcept
 }
 
 progress_bar::~progress_bar() {
-  if (!on_) return;
+  if (!on_ || line_owner.load() != this) return;  // (lost the line while idle)
   if (drawn_) draw(true);
-  line_taken.store(false, std::memory_order_release);
+  const progress_bar* self = this;
+  line_owner.compare_exchange_strong(self, nullptr);
 }
 
 void progress_bar::draw(bool last) noexcept {
   auto now = std::chrono::steady_clock::now();
   if (!last && now < next_) return;
+  if (line_owner.load() != this) {  // idle too long: another bar has the line now
+    on_ = false;
+    return;
+  }
+  line_touched.store(now_ns());
   next_ = now + redraw_every;
   double elapsed = std::chrono::duration<double>(now - start_).count();
   double rate = elapsed > 0 ? static_cast<double>(done_) / elapsed : 0;

@@ -1,6 +1,5 @@
 // process/registry.cpp: the table of remote functions, by pointer (for submitting)
 // and by id, the hash of the name (for running them in any process of the binary).
-#include <dlfcn.h>
 #include <pthread.h>
 
 #include <atomic>
@@ -64,14 +63,19 @@ const function_info& register_function(function_info info) {
 
 const function_info& method_for(std::uint64_t class_tag, const void* member, std::size_t size) {
   registry& r = table();
-  std::lock_guard lock(r.mu);
-  for (function_info* m : r.methods[class_tag])
-    if (std::memcmp(m->member.data(), member, size) == 0) {
-      if (r.ambiguous.count(m->id))
-        throw usage_error("manta: two different methods are registered as '" + m->name + "'");
-      return *m;
-    }
-  auto name = r.class_names.find(class_tag);
+  std::string class_name;
+  {
+    std::lock_guard lock(r.mu);
+    for (function_info* m : r.methods[class_tag])
+      if (std::memcmp(m->member.data(), member, size) == 0) {
+        if (r.ambiguous.count(m->id))
+          throw usage_error("manta: two different methods are registered as '" + m->name + "'");
+        return *m;
+      }
+    auto it = r.class_names.find(class_tag);
+    if (it != r.class_names.end()) class_name = it->second;
+  }
+  // Named without the lock: the first naming reads the binary's symbols.
   // A non-virtual member pointer starts with the function's address (Itanium C++ ABI; odd: virtual).
   std::string method = "this method";
   std::uintptr_t first = 0;
@@ -79,10 +83,9 @@ const function_info& method_for(std::uint64_t class_tag, const void* member, std
   if (first && !(first & 1))
     if (std::string symbol = observe::name_of_address(reinterpret_cast<const void*>(first)); !symbol.empty())
       method = "method " + symbol;
-  throw usage_error("manta: " + method + " of " +
-                    (name != r.class_names.end() ? name->second : type_name_of_tag(class_tag)) +
-                    " is not registered; list it in MANTA_ACTOR(" +
-                    (name != r.class_names.end() ? name->second : std::string("T")) + ", &T::method, ...)");
+  throw usage_error("manta: " + method + " of " + (class_name.empty() ? type_name_of_tag(class_tag) : class_name) +
+                    " is not registered; list it in MANTA_ACTOR(" + (class_name.empty() ? "T" : class_name) +
+                    ", &T::method, ...)");
 }
 
 void register_actor_class(std::uint64_t class_tag, std::string name) {
@@ -103,20 +106,21 @@ std::string actor_class_name(std::uint64_t class_tag) {
 
 const function_info& function_for(erased_fn fn) {
   registry& r = table();
-  std::lock_guard lock(r.mu);
-  auto it = r.by_fn.find(fn);
-  if (it == r.by_fn.end()) {
-    // Named from the symbol table (static functions too), else by address.
-    std::string name = observe::name_of_address(reinterpret_cast<const void*>(fn));
-    if (name.empty()) name = "at " + std::to_string(reinterpret_cast<std::uintptr_t>(fn));
-    else name = "'" + name + "'";
-    throw usage_error("manta: function " + name +
-                      " is not registered; add MANTA_REMOTE(<name>) at namespace scope");
+  {
+    std::lock_guard lock(r.mu);
+    auto it = r.by_fn.find(fn);
+    if (it != r.by_fn.end()) {
+      if (r.ambiguous.count(it->second->id))
+        throw usage_error("manta: two different functions are registered as '" + it->second->name +
+                          "'; give them distinct names");
+      return *it->second;
+    }
   }
-  if (r.ambiguous.count(it->second->id))
-    throw usage_error("manta: two different functions are registered as '" + it->second->name +
-                      "'; give them distinct names");
-  return *it->second;
+  // Named without the lock, from the symbol table (static functions too), else by address.
+  std::string name = observe::name_of_address(reinterpret_cast<const void*>(fn));
+  if (name.empty()) name = "at " + std::to_string(reinterpret_cast<std::uintptr_t>(fn));
+  else name = "'" + name + "'";
+  throw usage_error("manta: function " + name + " is not registered; add MANTA_REMOTE(<name>) at namespace scope");
 }
 
 const function_info* function_by_id(std::uint64_t id) {

@@ -8,8 +8,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include <cxxabi.h>
-
 #include <manta/errors.hpp>
 
 #include "observe/log.hpp"
@@ -183,17 +181,18 @@ void run_task_body(worker_context& ctx, const std::string& body) {
   auto t0 = std::chrono::steady_clock::now();
   done.started_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count());
-  arm_throw_stacks();
-  try {
-    ctx.ensure_setup();
-    invoke(ctx, fn, m.mode, m.concurrency, inv);
-  } catch (...) {
-    done.ok = false;
-    done.error = ipc::error_from_exception(std::current_exception(), name, ::getpid());
-    if (done.error.kind == ipc::error_kind::task_exception)
-      done.error.stack = take_throw_stack(abi::__cxa_current_exception_type());
+  {
+    throw_recording record;  // where an exception leaving the task was thrown
+    try {
+      ctx.ensure_setup();
+      invoke(ctx, fn, m.mode, m.concurrency, inv);
+    } catch (...) {
+      record.stop();
+      done.ok = false;
+      done.error = ipc::error_from_exception(std::current_exception(), name, ::getpid());
+      if (done.error.kind == ipc::error_kind::task_exception) done.error.stack = take_throw_stack();
+    }
   }
-  disarm_throw_stacks();
   done.ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
   // What the task printed goes out before its result (flushing an empty

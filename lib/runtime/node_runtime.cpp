@@ -33,13 +33,22 @@
 namespace manta::runtime {
 namespace {
 
-/// Makes `dir` and its parents; false, with a warning, if it cannot.
+/// Makes `dir` and its parents; false, with a warning, if it cannot, or if it
+/// is not this user's alone: the control socket, crash stacks and worker logs
+/// are made there by name (another user could put links in their place).
 bool make_log_dir(const std::string& dir) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  if (std::filesystem::create_directories(dir, ec))  // made now: this user's alone, whatever the umask
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
   if (ec || !std::filesystem::is_directory(dir)) {
     MANTA_WARN << "log_dir " << dir << " cannot be made (" << ec.message()
-               << "): no control socket, manta status will not find this runtime";
+               << "): no control socket, crash stacks or worker logs; manta status will not find this runtime";
+    return false;
+  }
+  try {
+    observe::check_private_dir(dir);
+  } catch (const std::system_error& e) {
+    MANTA_WARN << e.what() << ": no control socket, crash stacks or worker logs there; set options.log_dir";
     return false;
   }
   return true;
@@ -141,7 +150,8 @@ node_runtime::node_runtime(const options& opts)
   zc.control = control_;
   zc.arena_base = arena_->base();
   zc.control_socket = socket;
-  if (!socket.empty()) zc.crash_dir = log_dir_;
+  crash_dir_ = socket.empty() ? std::string() : log_dir_;
+  zc.crash_dir = crash_dir_;
   if (opts_.worker_setup) zc.worker_setup = detail::function_for(opts_.worker_setup).id;
   zygote_ = std::make_unique<zygote_link>(process::start_zygote(zc));
   ipc::set_nonblocking(zygote_->socket(), true);
@@ -152,8 +162,7 @@ node_runtime::node_runtime(const options& opts)
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   ipc::own_fd(epoll_fd_);
   sched_ = std::make_unique<scheduler>(
-      scheduler::config{pool_size_, static_cast<std::size_t>(process::max_slots), control_, &timeline_, zc.crash_dir},
-      *dir_, *store_,
+      scheduler::config{pool_size_, static_cast<std::size_t>(process::max_slots), control_, &timeline_}, *dir_, *store_,
       std::move(ledger), *this);
   {
     scheduler_lock lock(*this);

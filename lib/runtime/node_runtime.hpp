@@ -162,6 +162,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   pid_t pid_;
   std::string log_dir_;
   std::string socket_;  ///< the control socket's path (set before its thread starts), or empty
+  std::string crash_dir_;  ///< where workers write a crash's stack (log_dir, if private), or empty
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   /// Tasks, spills and deaths, while recording (MANTA_TIMELINE, or manta timeline).
   observe::timeline timeline_;

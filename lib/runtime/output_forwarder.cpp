@@ -107,7 +107,7 @@ void output_forwarder::keep(pid_t pid, const char* data, std::size_t n) {
   auto [it, fresh] = logs_.try_emplace(pid, -1);
   if (fresh) {
     std::string path = log_dir_ + "/worker-" + std::to_string(pid) + ".log";
-    it->second = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    it->second = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
   }
   // A full disk loses log lines, never the output on the driver's terminal.
   if (it->second < 0) return;

@@ -16,8 +16,11 @@
 #include <chrono>
 #include <cstring>
 
+#include "observe/crash_stack.hpp"
 #include "observe/log.hpp"
 #include "runtime/node_runtime.hpp"
+
+#include <sys/wait.h>
 
 namespace manta::runtime {
 namespace {
@@ -210,8 +213,10 @@ void node_runtime::handle_zygote() {
           if (w.pid != r->pid || w.st != worker_link::state::alive) continue;
           // What it sent before it died counts (results, puts, releases): read it all first.
           if (!w.input_closed) drain_worker(w, /*to_eof=*/true);
+          // Named before the scheduler's lock: the first naming reads the binary's symbols.
+          std::string stack = WIFSIGNALED(r->status) ? observe::take_crash_stack(crash_dir_, r->pid) : "";
           scheduler_lock lock(*this);
-          sched_->exited(w, r->status);
+          sched_->exited(w, r->status, std::move(stack));
           break;
         }
         scheduler_lock lock(*this);

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "observe/crash_stack.hpp"
 #include "observe/log.hpp"
 #include "ipc/owned_fds.hpp"
 #include "runtime/scheduler.hpp"
@@ -136,9 +135,9 @@ void scheduler::close_link(worker_link& w) {
   w.st = worker_link::state::dead;
 }
 
-void scheduler::exited(worker_link& w, int status) {
+void scheduler::exited(worker_link& w, int status, std::string crash_stack) {
   if (w.st == worker_link::state::dead) return;
-  w.crash_stack = WIFSIGNALED(status) ? observe::take_crash_stack(cfg_.crash_dir, w.pid) : std::string();
+  w.crash_stack = std::move(crash_stack);
   const std::string cause = w.kill_reason.empty() ? describe_exit(status) : w.kill_reason;
   MANTA_DEBUG << "worker pid " << w.pid << " ended: " << cause;
   if (!stopping_ && !w.retiring) {

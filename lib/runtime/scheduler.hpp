@@ -96,8 +96,6 @@ class scheduler {
     process::control_block* control = nullptr;
     /// Where tasks, deaths and process names are recorded while it records (or null).
     observe::timeline* timeline = nullptr;
-    /// Where workers write the stack of a crash (observe/crash_stack.hpp), or empty.
-    std::string crash_dir;
   };
   scheduler(config c, directory& dir, object_store& store, resource_ledger ledger, scheduler_host& host);
   ~scheduler();
@@ -164,7 +162,8 @@ class scheduler {
   void respawn_missing();
   /// The process in `w` is gone (everything it sent was handled): its tasks are
   /// retried or fail, what it held goes back, a new one is asked for.
-  void exited(worker_link& w, int status);
+  /// `crash_stack`: the stack its crashing thread wrote, if any.
+  void exited(worker_link& w, int status, std::string crash_stack = {});
   /// The node cannot run anything any more (its zygote is gone): every task and
   /// actor fails with `why`, and every later one too.
   void lose_node(const std::string& why);
