@@ -113,8 +113,9 @@ async function poll() {
     const m = await (await fetch("/api/memory?token=" + token)).json();
     document.querySelector("#memory tbody").replaceChildren(...m.objects.slice(0, 200).map(o =>
       row([o.id, o.size, o.where, o.pinned, o.references, o.owner_pid, o.made_by])));
-    set("memory-summary", m.summary.listed + " listed; " + m.summary.inline_or_pending +
-        " more are inline values or not made yet");
+    set("memory-summary", m.summary.listed + " objects; " + m.summary.arena_bytes + " bytes in the arena, " +
+        m.summary.spilled_bytes + " spilled, " + m.summary.driver_heap_bytes + " in the driver's heap" +
+        (m.objects.length > 200 ? " (the first 200 shown)" : ""));
     set("error", "");
   } catch (e) {
     set("error", "the runtime does not answer: " + e);

@@ -118,22 +118,22 @@ void print_status(const json& s) {
 }
 
 void print_memory(const json& m) {
-  std::printf("%-32s %10s %-10s %6s %5s %-8s %-24s %s\n", "ID", "SIZE", "WHERE", "PINNED", "REFS", "OWNER",
+  std::printf("%-32s %10s %-12s %6s %5s %-8s %-24s %s\n", "ID", "SIZE", "WHERE", "PINNED", "REFS", "OWNER",
               "MADE BY", "HELD BY");
   for (const auto& o : m["objects"]) {
     std::string held;
     if (o.contains("held_by_pids"))
       for (const auto& p : o["held_by_pids"]) held += (held.empty() ? "" : ",") + std::to_string(p.get<int>());
-    std::printf("%-32s %10s %-10s %6d %5lld %-8d %-24s %s\n", o["id"].get<std::string>().c_str(),
+    std::printf("%-32s %10s %-12s %6d %5lld %-8d %-24s %s\n", o["id"].get<std::string>().c_str(),
                 bytes(o["size"].get<double>()).c_str(), o["where"].get<std::string>().c_str(), o["pinned"].get<int>(),
                 o["references"].get<long long>(), o["owner_pid"].get<int>(), o["made_by"].get<std::string>().c_str(),
                 held.c_str());
   }
   const json& s = m["summary"];
-  std::printf("\n%llu objects listed: %s in the arena, %s spilled; %llu more are inline values (up to %s) or "
-              "not made yet; arena %s of %s in use\n",
+  std::printf("\n%llu objects: %s in the arena, %s spilled, %s in the driver's heap (values up to %s); "
+              "arena %s of %s in use\n",
               s["listed"].get<unsigned long long>(), bytes(s["arena_bytes"].get<double>()).c_str(),
-              bytes(s["spilled_bytes"].get<double>()).c_str(), s["inline_or_pending"].get<unsigned long long>(),
+              bytes(s["spilled_bytes"].get<double>()).c_str(), bytes(s["driver_heap_bytes"].get<double>()).c_str(),
               bytes(s["inline_limit_bytes"].get<double>()).c_str(), bytes(s["arena_used_bytes"].get<double>()).c_str(),
               bytes(s["arena_capacity_bytes"].get<double>()).c_str());
 }

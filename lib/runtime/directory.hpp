@@ -90,6 +90,8 @@ class directory {
   directory(std::uint32_t epoch, object_store* store) : epoch_(epoch), store_(store) {}
 
   std::uint32_t epoch() const noexcept { return epoch_; }
+  /// The sequence number of the last id next_id handed out.
+  std::uint64_t last_seq() const noexcept { return next_seq_.load(std::memory_order_acquire); }
   /// A fresh id of this runtime.
   object_id next_id() noexcept {
     return {std::uint64_t{epoch_} << 32, next_seq_.fetch_add(1, std::memory_order_relaxed) + 1};

@@ -212,6 +212,7 @@ void scheduler::on_submit(worker_link& w, const ipc::submit& m) {
     deps.push_back(e);
   }
   // From here on nothing throws: the task is built and registered.
+  for (const auto& id : m.returns) note_worker_id(id);
   auto t = std::make_unique<task_spec>();
   t->fn = fn;
   t->parent = m.mode == detail::call_mode::construct ? 0 : m.parent;  // an actor outlives its creator
@@ -258,6 +259,7 @@ void scheduler::on_put(worker_link& w, const ipc::put& m) {
   std::vector<object_id> contained = read_contained(w, m.contained, m.location);
   object_entry* e = dir_.create(m.id, 1);  // the worker's ref
   e->owner = w.pid;
+  note_worker_id(m.id);
   seal(e, m.location, std::move(contained), &w);
   store_.pin(e);  // it knows where the bytes lie while it holds them; just sealed, so in place
   w.holds.emplace(m.id, true);

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <tbb/concurrent_queue.h>
@@ -138,6 +139,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::string answer(const std::string& request);
   std::string status_json();
   std::string memory_json();
+  /// Every object in the directory, each held by one more count.
+  std::vector<object_entry*> scan_directory();
   std::string timeline_json(double seconds);
 
   // poller.cpp: the I/O thread and the poll role
@@ -168,6 +171,10 @@ class node_runtime final : public process::process_context, public scheduler_hos
   observe::timeline timeline_;
   std::string timeline_path_;  ///< MANTA_TIMELINE: written at shutdown
   std::mutex capture_mu_;      ///< one `manta timeline` capture at a time
+  std::mutex scan_mu_;         ///< scan_from_
+  /// Per id creator (the driver, each worker process): the first sequence
+  /// number that may still be alive, from the last directory scan.
+  std::unordered_map<std::uint64_t, std::uint64_t> scan_from_;
   std::size_t pool_size_ = 0;
   std::unique_ptr<store::arena> arena_;
   std::unique_ptr<object_store> store_;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <sstream>
 #include <thread>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -146,39 +147,95 @@ std::string node_runtime::status_json() {
   return dump(j);
 }
 
+std::vector<object_entry*> node_runtime::scan_directory() {
+  // The directory (a TBB hash map) cannot be walked while other threads insert
+  // and erase; ids can be looked up. Every id is (creator, sequence number),
+  // dense per creator and never reused, so each creator's range is probed from
+  // the first id alive at the previous scan (everything below it was dead then,
+  // and stays dead) up to the last it handed out: the first scan costs a lookup
+  // per id ever made, the next ones only what is new or still alive.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;  // (creator, last sequence)
+  {
+    scheduler_lock lock(*this);
+    ranges = sched_->worker_id_ranges();
+  }
+  const std::uint64_t driver_hi = std::uint64_t{epoch_} << 32;
+  ranges.emplace_back(driver_hi, dir_->last_seq());
+  std::vector<object_entry*> found;
+  std::lock_guard lock(scan_mu_);
+  for (const auto& [hi, last] : ranges) {
+    std::uint64_t& from = scan_from_[hi];
+    if (from == 0) from = 1;
+    std::uint64_t first_alive = 0;
+    for (std::uint64_t seq = from; seq <= last; ++seq)
+      if (object_entry* e = dir_->acquire({hi, seq})) {
+        found.push_back(e);
+        if (!first_alive) first_alive = seq;
+      }
+    std::uint64_t next = first_alive ? first_alive : last + 1;
+    // The driver hands out an id a moment before its entry is inserted: its
+    // newest ids are looked at again next time.
+    if (hi == driver_hi) next = std::min(next, last > 4096 ? last - 4095 : std::uint64_t{1});
+    from = next;
+  }
+  return found;
+}
+
 std::string node_runtime::memory_json() {
-  // Copied under the locks (the scheduler's, then the store's, which keeps every
-  // listed entry alive), formatted after them: results and puts wait only for the copy.
+  // Every object is held (a count each) while it is read; fields the scheduler
+  // or the store change are copied under their locks; JSON is made after them.
+  std::vector<object_entry*> held = scan_directory();
   struct row {
     object_id id;
-    std::uint64_t size;
-    bool spilled;
-    std::int32_t pins, owner;
-    std::int64_t refs;
-    const detail::function_info* made_by;
+    std::uint64_t size = 0;
+    const char* where = "";
+    std::int32_t pins = 0, owner = 0;
+    std::int64_t refs = 0;
+    std::string made_by;
   };
   std::vector<row> rows;
+  rows.reserve(held.size());
   std::unordered_map<object_id, std::vector<pid_t>> holders;
+  const std::unordered_set<const object_entry*> scanned(held.begin(), held.end());
   {
     scheduler_lock lock(*this);
     holders = sched_->holders();
     store_->for_each([&](const object_entry& e, bool spilled) {
-      rows.push_back({e.id, e.size, spilled, e.pins.load(std::memory_order_relaxed), e.owner,
-                      e.count.load(std::memory_order_relaxed), e.made_by});
+      std::int64_t refs = e.count.load(std::memory_order_relaxed) - (scanned.count(&e) ? 1 : 0);  // less the scan's own
+      rows.push_back({e.id, e.size, spilled ? "spill file" : "arena", spilled ? 0 : std::max(e.pins.load(), 0),
+                      e.owner, refs, e.made_by ? "task " + e.made_by->name : std::string("put")});
     });
+    for (object_entry* e : held) {
+      std::uint32_t st = e->status();  // (acquire: what was written before it was sealed is visible)
+      if (st == state_ready && e->large) continue;  // listed by the store above
+      row r;
+      r.id = e->id;
+      r.owner = e->owner;
+      r.refs = e->count.load(std::memory_order_relaxed) - 1;  // less the scan's own
+      if (e->actor) {
+        r.where = "actor handle";
+        r.made_by = "actor " + e->actor->label;
+      } else if (st == state_pending) {
+        r.where = "not made yet";
+        const task_spec* t = task_graph::producer_of(e);
+        r.made_by = t ? "task " + t->name() + (t->worker >= 0 ? " (running)" : " (waiting)") : std::string("put");
+      } else {
+        r.size = e->size;
+        r.where = st == state_failed ? "failed" : "driver heap";
+        r.made_by = e->made_by ? "task " + e->made_by->name : std::string("put");
+      }
+      rows.push_back(std::move(r));
+    }
   }
+  for (object_entry* e : held) detail::release(e);  // (may free it: outside the locks)
   json objects = json::array();
-  std::uint64_t arena_bytes = 0, spilled_bytes = 0;
+  std::uint64_t arena_bytes = 0, spilled_bytes = 0, heap_bytes = 0;
   for (const row& r : rows) {
-    json o = {{"id", hex_id(r.id)},
-              {"size", r.size},
-              {"where", r.spilled ? "spill file" : "arena"},
-              {"pinned", r.spilled ? 0 : std::max(r.pins, 0)},
-              {"references", r.refs},
-              {"owner_pid", r.owner},
-              {"made_by", r.made_by ? "task " + r.made_by->name : std::string("put")}};
+    json o = {{"id", hex_id(r.id)},    {"size", r.size},       {"where", r.where},    {"pinned", r.pins},
+              {"references", r.refs}, {"owner_pid", r.owner}, {"made_by", r.made_by}};
     if (auto it = holders.find(r.id); it != holders.end()) o["held_by_pids"] = it->second;
-    (r.spilled ? spilled_bytes : arena_bytes) += r.size;
+    std::string_view where = r.where;
+    (where == "arena" ? arena_bytes : where == "spill file" ? spilled_bytes : heap_bytes) += r.size;
     objects.push_back(std::move(o));
   }
   std::size_t listed = objects.size();
@@ -187,9 +244,7 @@ std::string node_runtime::memory_json() {
              {{"listed", listed},
               {"arena_bytes", arena_bytes},
               {"spilled_bytes", spilled_bytes},
-              // Values up to max_inline_bytes live in the driver's heap, and
-              // results not made yet have no bytes: counted, not listed.
-              {"inline_or_pending", dir_->size() > listed ? dir_->size() - listed : 0},
+              {"driver_heap_bytes", heap_bytes},
               {"inline_limit_bytes", detail::max_inline_bytes},
               {"arena_used_bytes", arena_->used_bytes()},
               {"arena_capacity_bytes", arena_->capacity()}}}};

@@ -189,6 +189,11 @@ class scheduler {
   nlohmann::json status_report() const;
   /// Names every live process in the timeline ("worker 2", "actor Counter").
   void name_processes() const;
+  /// For each worker process that made objects: its ids' creator half and the
+  /// highest sequence number it has sent (every lower one was sent before).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> worker_id_ranges() const {
+    return {worker_ids_.begin(), worker_ids_.end()};
+  }
   /// Pids of the processes holding a ref to each object they hold.
   std::unordered_map<object_id, std::vector<pid_t>> holders() const;
   placement& placer() noexcept { return place_; }
@@ -298,6 +303,12 @@ class scheduler {
   bool stopping_ = false;
   std::atomic<std::uint64_t> tasks_finished_{0}, task_retries_{0}, processes_lost_{0}, actor_restarts_{0};
   std::atomic<std::uint64_t> tasks_failed_{0};
+  /// Ids made by workers: creator half -> highest sequence seen (manta memory's scan).
+  std::unordered_map<std::uint64_t, std::uint64_t> worker_ids_;
+  void note_worker_id(const object_id& id) {
+    std::uint64_t& last = worker_ids_[id.hi];
+    last = std::max(last, id.lo);
+  }
   // Scratch for send_task.
   std::vector<ipc::value_location> send_args_;
   std::vector<object_id> send_ids_;
