@@ -66,6 +66,7 @@ TEST(messages, task_done_round_trips_results_and_errors) {
   ok.grant_used = true;
   ok.ns = 1234;
   ok.started_ns = 98765;
+  ok.thread = 4321;
   ok.results.push_back({{ids, no_offset, 3}, {11, 3, no_offset, reinterpret_cast<const std::byte*>("abc")}});
   ok.results.push_back({{{}, 512, 1000000}, {12, 100000, 8192, nullptr}});
   framed f(ok);
@@ -76,6 +77,7 @@ TEST(messages, task_done_round_trips_results_and_errors) {
   EXPECT_TRUE(back.grant_used);
   EXPECT_EQ(back.ns, 1234u);
   EXPECT_EQ(back.started_ns, 98765u);
+  EXPECT_EQ(back.thread, 4321);
   ASSERT_EQ(back.results.size(), 2u);
   ASSERT_EQ(back.results[0].contained.ids.size(), 3u);
   EXPECT_EQ(back.results[0].contained.ids[2], c);

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -75,8 +76,9 @@ struct tally {
   int n = 0;
   int add(int k) { return n += k; }
   int forgotten(int k) { return k; }  // not in MANTA_ACTOR: on purpose
+  int nap(int ms) { return sleep_ms(ms); }
 };
-MANTA_ACTOR(tally, &tally::add);
+MANTA_ACTOR(tally, &tally::add, &tally::nap);
 
 struct cli_result {
   int rc = -1;
@@ -498,6 +500,32 @@ TEST_F(observe, a_timeline_capture_holds_up_no_other_request) {
   for (int i = 0; i < 3; ++i)
     EXPECT_EQ(json::parse(manta::observe::ask(socket, "status", 3000))["runtime"]["pid"].get<int>(), ::getpid());
   capture.join();
+}
+
+TEST(observe_alone, concurrent_calls_of_one_actor_get_a_track_per_thread) {
+  std::string dir = manta::testing::temp_path("observe-threads");
+  std::string path = dir + "/trace.json";
+  std::filesystem::create_directories(dir);
+  ::setenv("MANTA_TIMELINE", path.c_str(), 1);
+  manta::init({.num_workers = 1, .log_dir = dir});
+  ::unsetenv("MANTA_TIMELINE");
+  auto a = manta::actor<tally>().max_concurrency(2).remote();
+  auto first = a.task(&tally::nap).remote(300);
+  auto second = a.task(&tally::nap).remote(300);  // runs beside the first
+  manta::get(first);
+  manta::get(second);
+  manta::shutdown();
+  std::ifstream in(path);
+  json trace = json::parse(in);
+  std::set<int> pids, tids;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X" && e["name"].get<std::string>().find("nap") != std::string::npos) {
+      pids.insert(e["pid"].get<int>());
+      tids.insert(e["tid"].get<int>());
+    }
+  EXPECT_EQ(pids.size(), 1u);
+  EXPECT_EQ(tids.size(), 2u) << trace.dump();
+  std::filesystem::remove_all(dir);
 }
 
 TEST(observe_alone, the_timeline_marks_spills_and_process_deaths) {

@@ -243,6 +243,7 @@ void task_done::write(frame_writer& w) const {
   w.put(static_cast<std::uint8_t>(grant_used));
   w.put(ns);
   w.put(started_ns);
+  w.put(thread);
   if (!ok) {
     write_error(w, error);
     return;
@@ -261,6 +262,7 @@ task_done task_done::read(frame_reader& r) {
   m.grant_used = r.get<std::uint8_t>() != 0;
   m.ns = r.get<std::uint64_t>();
   m.started_ns = r.get<std::uint64_t>();
+  m.thread = r.get<std::int32_t>();
   if (!m.ok) {
     m.error = read_error(r);
     return m;

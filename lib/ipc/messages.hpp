@@ -143,6 +143,7 @@ struct task_done {
   bool grant_used = false;
   std::uint64_t ns = 0;  ///< how long it ran
   std::uint64_t started_ns = 0;  ///< when it began (steady clock, shared by the node's processes)
+  std::int32_t thread = 0;       ///< the thread that ran it (its kernel id: the timeline's track)
   boost::container::small_vector<result, 1> results;  ///< when ok
   error_info error;                                    ///< otherwise
 

@@ -31,15 +31,15 @@ bool timeline::full() {
 void timeline::task(const task_event& e) {
   std::lock_guard lock(mu_);
   if (full()) return;
-  events_.push_back({'X', e.actor_call, e.ok, e.pid, intern(e.name), 0, e.submitted_ns, e.started_ns,
-                     e.duration_ns, e.arg_bytes, e.result_bytes});
+  events_.push_back({'X', e.actor_call, e.ok, e.pid, e.thread ? e.thread : e.pid, intern(e.name), 0,
+                     e.submitted_ns, e.started_ns, e.duration_ns, e.arg_bytes, e.result_bytes});
 }
 
 void timeline::instant(std::string_view name, pid_t pid, std::string_view detail) {
   std::uint64_t at = now_ns();
   std::lock_guard lock(mu_);
   if (full()) return;
-  events_.push_back({'i', false, true, pid, intern(name), intern(detail), 0, at, 0, 0, 0});
+  events_.push_back({'i', false, true, pid, pid, intern(name), intern(detail), 0, at, 0, 0, 0});
 }
 
 void timeline::name_process(pid_t pid, std::string name) {
@@ -91,7 +91,7 @@ std::string timeline::json() const {
       args["queued_us"] = e.started_ns > e.submitted_ns ? double(e.started_ns - e.submitted_ns) / 1e3 : 0.0;
     }
     add({{"ph", "X"}, {"name", strings[e.name]}, {"cat", e.actor_call ? "actor" : "task"}, {"pid", e.pid},
-         {"tid", e.pid}, {"ts", us(e.started_ns)}, {"dur", double(e.duration_ns) / 1e3}, {"args", std::move(args)}});
+         {"tid", e.thread}, {"ts", us(e.started_ns)}, {"dur", double(e.duration_ns) / 1e3}, {"args", std::move(args)}});
   }
   out += "]}";
   return out;

@@ -29,6 +29,7 @@ class timeline {
     std::string_view name;  ///< copied (interned) when recorded
     bool actor_call = false;
     pid_t pid = 0;
+    pid_t thread = 0;  ///< the thread that ran it (0: the process's main track)
     std::uint64_t submitted_ns = 0;  ///< 0: not known (submitted before recording began)
     std::uint64_t started_ns = 0, duration_ns = 0;
     std::uint64_t arg_bytes = 0, result_bytes = 0;
@@ -56,7 +57,7 @@ class timeline {
   struct event {  // plain data: copied in one go by json()
     char phase;   ///< 'X' complete, 'i' instant
     bool actor_call, ok;
-    pid_t pid;
+    pid_t pid, thread;
     std::uint32_t name, detail;  ///< indexes into strings_
     std::uint64_t submitted_ns, started_ns, duration_ns, arg_bytes, result_bytes;
   };

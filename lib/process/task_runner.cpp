@@ -141,6 +141,7 @@ void complete(worker_context& ctx, task_invocation& inv, ipc::task_done& done, c
     failed.grant_used = done.grant_used;
     failed.ns = done.ns;
     failed.started_ns = done.started_ns;
+    failed.thread = done.thread;
     failed.error = {ipc::error_kind::usage, "manta::usage_error",
                     "manta: the results of '" + name + "' are too large to send: " + e.what(), name, {},
                     ::getpid(), 0};
@@ -181,6 +182,8 @@ void run_task_body(worker_context& ctx, const std::string& body) {
   auto t0 = std::chrono::steady_clock::now();
   done.started_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(t0.time_since_epoch()).count());
+  static thread_local const pid_t thread_id = ::gettid();  // a system call once per thread
+  done.thread = thread_id;
   {
     throw_recording record;  // where an exception leaving the task was thrown
     try {

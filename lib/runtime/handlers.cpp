@@ -165,6 +165,7 @@ void scheduler::record(const worker_link& w, const task_spec& t, const ipc::task
   e.name = t.name();
   e.actor_call = t.actor != nullptr;
   e.pid = w.pid;
+  e.thread = m.thread;
   e.submitted_ns = t.submitted_ns;
   e.started_ns = m.started_ns;
   e.duration_ns = m.ns;
