@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libboost1.81-dev libboost-filesystem1.81-dev libboost-stacktrace1.81-dev
-  libtbb-dev libcereal-dev nlohmann-json3-dev libcli11-dev
+  libtbb-dev libcereal-dev nlohmann-json3-dev libcli11-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libjs-chart.js    # the dashboard's chart, served locally
   chromium tmux     # tests: the dashboard in headless Chromium, the progress bar in a terminal

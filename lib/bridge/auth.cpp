@@ -1,0 +1,145 @@
+// bridge/auth.cpp: the handshake, over a socket with poll and a deadline.
+#include "bridge/auth.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include "bridge/wire.hpp"
+
+namespace manta::bridge {
+namespace {
+
+constexpr std::size_t nonce_bytes = 32, proof_bytes = 32;
+/// The longest handshake frame (a proof: two 32-byte values) and then some.
+constexpr std::size_t max_handshake_body = 64;
+
+using clock_type = std::chrono::steady_clock;
+using nonce = std::array<unsigned char, nonce_bytes>;
+
+nonce fresh_nonce() {
+  nonce n{};
+  if (RAND_bytes(n.data(), static_cast<int>(n.size())) != 1) throw auth_error("manta bridge: no random bytes for a nonce");
+  return n;
+}
+
+std::string proof(const std::string& token, std::string_view role, const nonce& first, const nonce& second) {
+  std::string message(role);
+  message.append(reinterpret_cast<const char*>(first.data()), first.size());
+  message.append(reinterpret_cast<const char*>(second.data()), second.size());
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (!HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+            reinterpret_cast<const unsigned char*>(message.data()), message.size(), out, &length) ||
+      length != proof_bytes)
+    throw auth_error("manta bridge: HMAC-SHA256 failed");
+  return {reinterpret_cast<const char*>(out), length};
+}
+
+bool same_secret(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+int left_ms(clock_type::time_point until) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - clock_type::now()).count();
+  return ms > 0 ? static_cast<int>(ms) : 0;
+}
+
+void send_all(int fd, const std::string& bytes, clock_type::time_point until) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      if (::poll(&p, 1, left_ms(until)) <= 0) throw auth_error("manta bridge: the handshake timed out while sending");
+      continue;
+    }
+    throw auth_error(std::string("manta bridge: the connection broke during the handshake: ") + std::strerror(errno));
+  }
+}
+
+/// The next frame, of at most max_handshake_body bytes, before `until`.
+frame receive(int fd, frame_decoder& in, clock_type::time_point until) {
+  for (;;) {
+    try {
+      if (auto f = in.next()) return *f;
+    } catch (const wire_error& e) {
+      throw auth_error(std::string("manta bridge: a malformed handshake: ") + e.what());
+    }
+    pollfd p{fd, POLLIN, 0};
+    int ready = ::poll(&p, 1, left_ms(until));
+    if (ready == 0) throw auth_error("manta bridge: the handshake timed out");
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      throw auth_error(std::string("manta bridge: poll: ") + std::strerror(errno));
+    }
+    char buf[256];
+    ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) {
+      in.feed(buf, static_cast<std::size_t>(n));
+    } else if (n == 0) {
+      throw auth_error("manta bridge: the other side closed the connection during the handshake");
+    } else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+      throw auth_error(std::string("manta bridge: the connection broke during the handshake: ") + std::strerror(errno));
+    }
+  }
+}
+
+std::string_view bytes_of(const nonce& n) { return {reinterpret_cast<const char*>(n.data()), n.size()}; }
+
+}  // namespace
+
+void authenticate_peer(int fd, const std::string& token, std::chrono::milliseconds timeout) {
+  const auto until = clock_type::now() + timeout;
+  const nonce ours = fresh_nonce();
+  send_all(fd, encode(frame_type::challenge, bytes_of(ours)), until);
+  frame_decoder in(max_handshake_body);
+  frame f = receive(fd, in, until);
+  auto refuse = [&](const std::string& why) {
+    try {
+      send_all(fd, encode(frame_type::refused, why), clock_type::now() + std::chrono::milliseconds(200));
+    } catch (const auth_error&) {  // it is being dropped anyway
+    }
+    throw auth_error("manta bridge: a peer was refused: " + why);
+  };
+  if (f.type != frame_type::proof || f.body.size() != nonce_bytes + proof_bytes)
+    refuse("the first frame was not a proof of the cluster token");
+  nonce theirs{};
+  std::memcpy(theirs.data(), f.body.data(), nonce_bytes);
+  if (!same_secret(std::string_view(f.body).substr(nonce_bytes), proof(token, "peer", ours, theirs)))
+    refuse("wrong cluster token");
+  send_all(fd, encode(frame_type::welcome, proof(token, "head", theirs, ours)), until);
+}
+
+void authenticate_to_head(int fd, const std::string& token, std::chrono::milliseconds timeout) {
+  const auto until = clock_type::now() + timeout;
+  frame_decoder in(max_handshake_body);
+  frame f = receive(fd, in, until);
+  if (f.type != frame_type::challenge || f.body.size() != nonce_bytes)
+    throw auth_error("manta bridge: the head did not open with a challenge");
+  nonce head{};
+  std::memcpy(head.data(), f.body.data(), nonce_bytes);
+  const nonce ours = fresh_nonce();
+  std::string body(bytes_of(ours));
+  body += proof(token, "peer", head, ours);
+  send_all(fd, encode(frame_type::proof, body), until);
+  f = receive(fd, in, until);
+  if (f.type == frame_type::refused) throw auth_error("manta bridge: the head refused this peer: " + f.body);
+  if (f.type != frame_type::welcome || !same_secret(f.body, proof(token, "head", ours, head)))
+    throw auth_error("manta bridge: the head did not prove it knows the cluster token");
+}
+
+}  // namespace manta::bridge

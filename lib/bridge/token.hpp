@@ -1,0 +1,24 @@
+// bridge/token.hpp: the cluster token: 32 random bytes, written as hex to a
+// file only its user may read (0600), and read back only from such a file.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace manta::bridge {
+
+class token_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A fresh token written to `path` (created 0600; an existing file is
+/// replaced, never written through a link). @returns the token.
+/// @throws token_error naming the path and why
+std::string make_token_file(const std::string& path);
+
+/// The token in `path`. @throws token_error if the file is missing, is not a
+/// regular file of this user, may be read by others, or holds no token.
+std::string read_token_file(const std::string& path);
+
+}  // namespace manta::bridge
