@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "bridge/auth.hpp"
+#include "bridge/membership.hpp"
 #include "bridge/token.hpp"
 #include "bridge/wire.hpp"
 #include "support.hpp"
@@ -222,7 +225,7 @@ TEST(bridge_auth, garbage_an_oversized_frame_or_silence_ends_the_handshake) {
 TEST(bridge_auth, a_peer_in_another_process_proves_the_token) {
   auto [head, peer] = tcp_pair();
   ASSERT_GE(head, 0);
-  pid_t child = ::fork();
+  pid_t child = ::fork();  // (the child starts no thread: fine under ThreadSanitizer)
   ASSERT_GE(child, 0);
   if (child == 0) {
     ::close(head);
@@ -239,6 +242,141 @@ TEST(bridge_auth, a_peer_in_another_process_proves_the_token) {
   ASSERT_TRUE(manta::testing::eventually([&] { return ::waitpid(child, &status, WNOHANG) == child; }));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   ::close(head);
+}
+
+// ---- membership: the head's node table, heartbeats, lost nodes
+
+node_info a_node(std::vector<std::string> functions = {"f", "g"}) {
+  return {"localhost", static_cast<int>(::getpid()), {{"CPU", 2}}, std::move(functions)};
+}
+
+std::string at(const head& h) { return "127.0.0.1:" + std::to_string(h.port()); }
+
+/// Runs bridge_peer_program with `args` (exec'd: threads are fine under every
+/// sanitizer); returns its pid once it printed its first line, into `line`.
+pid_t peer_process(const std::vector<std::string>& args, std::string& line) {
+  int out[2];
+  if (::pipe(out) != 0) return -1;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(out[1], STDOUT_FILENO);
+    ::close(out[0]);
+    ::close(out[1]);
+    std::vector<char*> argv{const_cast<char*>(BRIDGE_PEER_PROGRAM)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(BRIDGE_PEER_PROGRAM, argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  line.clear();
+  char c = 0;
+  pollfd p{out[0], POLLIN, 0};
+  while (line.find('\n') == std::string::npos && ::poll(&p, 1, 20000) > 0 && ::read(out[0], &c, 1) == 1) line += c;
+  ::close(out[0]);
+  return line.find('\n') != std::string::npos ? pid : -1;
+}
+
+/// A node in a process of its own: joins, then waits to be told to stop (exit
+/// 0) or to see the head lost (exit 3). Returns its pid once it has joined.
+pid_t node_process(const std::string& address) {
+  std::string line;
+  pid_t pid = peer_process({"node", address, token}, line);
+  return line.rfind("joined", 0) == 0 ? pid : -1;
+}
+
+int exit_code(pid_t pid) {
+  int status = -1;
+  if (!manta::testing::eventually([&] { return ::waitpid(pid, &status, WNOHANG) == pid; })) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(bridge_membership, nodes_join_with_their_resources_and_the_table_lists_them) {
+  head h({.token = token});
+  node_link first(at(h), token, a_node(), nullptr);
+  node_link second(at(h), token, a_node(), nullptr);
+  EXPECT_EQ(first.node_id(), "node-1");
+  EXPECT_EQ(second.node_id(), "node-2");
+  auto nodes = h.nodes();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_TRUE(nodes[0].alive && nodes[1].alive);
+  EXPECT_EQ(nodes[0].info.resources.at("CPU"), 2.0);
+  EXPECT_EQ(nodes[0].address.rfind("127.0.0.1:", 0), 0u);
+  std::string table = ask_head(at(h), token, "status");
+  EXPECT_NE(table.find("\"node-2\""), std::string::npos) << table;
+}
+
+TEST(bridge_membership, a_wrong_token_or_another_binary_is_refused_and_named) {
+  head h({.token = token});
+  node_link first(at(h), token, a_node({"f", "g"}), nullptr);
+  try {
+    node_link wrong(at(h), "a-wrong-token-of-enough-length", a_node(), nullptr);
+    FAIL();
+  } catch (const join_error& e) {
+    EXPECT_NE(std::string(e.what()).find("wrong cluster token"), std::string::npos) << e.what();
+  }
+  try {
+    node_link other(at(h), token, a_node({"f", "h"}), nullptr);
+    FAIL();
+  } catch (const join_error& e) {
+    EXPECT_NE(std::string(e.what()).find("binary differs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'g'"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(h.nodes().size(), 1u);
+  EXPECT_THROW(ask_head(at(h), "a-wrong-token-of-enough-length", "status"), join_error);
+  EXPECT_THROW(node_link(std::string("127.0.0.1:1"), token, a_node(), nullptr), join_error);  // nobody there
+  EXPECT_THROW(node_link(std::string("no-port"), token, a_node(), nullptr), join_error);
+}
+
+TEST(bridge_membership, a_killed_node_is_lost_at_once_and_a_frozen_one_within_the_heartbeat_limit) {
+  head h({.token = token});
+  pid_t killed = node_process(at(h));
+  pid_t frozen = node_process(at(h));
+  ASSERT_GT(killed, 0);
+  ASSERT_GT(frozen, 0);
+  ASSERT_EQ(h.nodes().size(), 2u);
+  ::kill(killed, SIGKILL);
+  EXPECT_TRUE(manta::testing::eventually([&] { return !h.nodes()[0].alive; }, 5s));
+  EXPECT_NE(h.nodes()[0].lost_why.find("connection closed"), std::string::npos) << h.nodes()[0].lost_why;
+  ::kill(frozen, SIGSTOP);  // alive, but silent: its heartbeats stop
+  auto stopped_at = std::chrono::steady_clock::now();
+  EXPECT_TRUE(manta::testing::eventually([&] { return !h.nodes()[1].alive; }, 10s));
+  auto took = std::chrono::steady_clock::now() - stopped_at;
+  EXPECT_NE(h.nodes()[1].lost_why.find("no heartbeat"), std::string::npos) << h.nodes()[1].lost_why;
+  std::printf("a frozen node was found lost after %.2f s\n", std::chrono::duration<double>(took).count());
+  ::kill(frozen, SIGKILL);
+  exit_code(killed);
+  exit_code(frozen);
+}
+
+TEST(bridge_membership, stopping_the_cluster_ends_every_node_and_a_lost_head_is_seen) {
+  pid_t a = -1, b = -1, c = -1;
+  {
+    std::promise<void> stop_asked;
+    head h({.token = token, .on_stop_request = [&] { stop_asked.set_value(); }});
+    a = node_process(at(h));
+    b = node_process(at(h));
+    ASSERT_GT(a, 0);
+    ASSERT_GT(b, 0);
+    EXPECT_EQ(ask_head(at(h), token, "stop"), "{}");  // as `manta stop` asks it
+    EXPECT_EQ(stop_asked.get_future().wait_for(10s), std::future_status::ready);
+    EXPECT_EQ(exit_code(a), 0) << "told to stop";
+    EXPECT_EQ(exit_code(b), 0) << "told to stop";
+  }
+  // A head in a process that is killed: its node sees it lost.
+  std::string line;
+  pid_t head_pid = peer_process({"head", token}, line);
+  ASSERT_GT(head_pid, 0);
+  ASSERT_EQ(line.rfind("port ", 0), 0u) << line;
+  c = node_process("127.0.0.1:" + line.substr(5, line.find('\n') - 5));
+  ASSERT_GT(c, 0);
+  ::kill(head_pid, SIGKILL);
+  EXPECT_EQ(exit_code(c), 3) << "the head was lost";
+  exit_code(head_pid);
 }
 
 }  // namespace

@@ -1,11 +1,7 @@
 // bridge/auth.cpp: the handshake, over a socket with poll and a deadline.
 #include "bridge/auth.hpp"
 
-#include <poll.h>
-#include <sys/socket.h>
-
 #include <array>
-#include <cerrno>
 #include <cstring>
 
 #include <openssl/crypto.h>
@@ -13,6 +9,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include "bridge/socket_io.hpp"
 #include "bridge/wire.hpp"
 
 namespace manta::bridge {
@@ -22,7 +19,7 @@ constexpr std::size_t nonce_bytes = 32, proof_bytes = 32;
 /// The longest handshake frame (a proof: two 32-byte values) and then some.
 constexpr std::size_t max_handshake_body = 64;
 
-using clock_type = std::chrono::steady_clock;
+using clock_type = io_clock;
 using nonce = std::array<unsigned char, nonce_bytes>;
 
 nonce fresh_nonce() {
@@ -48,54 +45,29 @@ bool same_secret(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-int left_ms(clock_type::time_point until) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - clock_type::now()).count();
-  return ms > 0 ? static_cast<int>(ms) : 0;
-}
-
 void send_all(int fd, const std::string& bytes, clock_type::time_point until) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      done += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      pollfd p{fd, POLLOUT, 0};
-      if (::poll(&p, 1, left_ms(until)) <= 0) throw auth_error("manta bridge: the handshake timed out while sending");
-      continue;
-    }
-    throw auth_error(std::string("manta bridge: the connection broke during the handshake: ") + std::strerror(errno));
+  try {
+    bridge::send_all(fd, bytes, until);
+  } catch (const io_error& e) {
+    throw auth_error(std::string("manta bridge: during the handshake: ") + e.what());
   }
 }
 
 /// The next frame, of at most max_handshake_body bytes, before `until`.
 frame receive(int fd, frame_decoder& in, clock_type::time_point until) {
-  for (;;) {
-    try {
-      if (auto f = in.next()) return *f;
-    } catch (const wire_error& e) {
-      throw auth_error(std::string("manta bridge: a malformed handshake: ") + e.what());
-    }
-    pollfd p{fd, POLLIN, 0};
-    int ready = ::poll(&p, 1, left_ms(until));
-    if (ready == 0) throw auth_error("manta bridge: the handshake timed out");
-    if (ready < 0) {
-      if (errno == EINTR) continue;
-      throw auth_error(std::string("manta bridge: poll: ") + std::strerror(errno));
-    }
-    char buf[256];
-    ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n > 0) {
-      in.feed(buf, static_cast<std::size_t>(n));
-    } else if (n == 0) {
-      throw auth_error("manta bridge: the other side closed the connection during the handshake");
-    } else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
-      throw auth_error(std::string("manta bridge: the connection broke during the handshake: ") + std::strerror(errno));
-    }
+  frame f;
+  receive_status st;
+  try {
+    st = bridge::receive(fd, in, until, f);
+  } catch (const wire_error& e) {
+    throw auth_error(std::string("manta bridge: a malformed handshake: ") + e.what());
+  } catch (const io_error& e) {
+    throw auth_error(std::string("manta bridge: during the handshake: ") + e.what());
   }
+  if (st == receive_status::timeout) throw auth_error("manta bridge: the handshake timed out");
+  if (st != receive_status::frame)
+    throw auth_error("manta bridge: the other side closed the connection during the handshake");
+  return f;
 }
 
 std::string_view bytes_of(const nonce& n) { return {reinterpret_cast<const char*>(n.data()), n.size()}; }

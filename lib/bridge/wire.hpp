@@ -22,7 +22,13 @@ enum class frame_type : std::uint16_t {
   proof = 2,      ///< peer -> head: its own nonce and its proof
   welcome = 3,    ///< head -> peer: the head's proof (both know the token)
   refused = 4,    ///< either way: why the connection ends (text)
-  heartbeat = 5,
+  heartbeat = 5,  ///< either way, every heartbeat interval: still there
+  join = 6,       ///< node -> head: who it is (JSON: host, pid, resources, functions)
+  joined = 7,     ///< head -> node: its node id
+  stop = 8,       ///< head -> node: the cluster stops; exit
+  status_request = 9,   ///< tool -> head
+  status_reply = 10,    ///< head -> tool: the node table (JSON)
+  stop_request = 11,    ///< tool -> head: stop the cluster
 };
 
 /// A malformed or oversized frame: the connection it came on is closed.

@@ -1,0 +1,135 @@
+// bridge/membership.hpp: who is in the cluster. The head keeps the node table:
+// each node connects, proves the token (bridge/auth), says who it is (its host,
+// pid, resources and the names its binary registered) and then sends a
+// heartbeat every half second, which the head answers. A node whose connection
+// ends, or that stays silent for `lost_after` (3 s), is lost; a node whose
+// registry differs from the first node's is refused, the first difference
+// named. A tool connection asks for the table or stops the cluster: every node
+// is told to stop. The node side sees the head lost the same way.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace manta::bridge {
+
+inline constexpr std::chrono::milliseconds heartbeat_every{500};
+/// Five heartbeats missed: a node (or the head) is lost well within 3 s.
+inline constexpr std::chrono::milliseconds lost_after{2500};
+
+/// What a node says when it joins.
+struct node_info {
+  std::string host;
+  int pid = 0;
+  std::map<std::string, double> resources;
+  std::vector<std::string> functions;  ///< the names its binary registered, sorted
+};
+
+/// A row of the head's node table.
+struct node_state {
+  std::string id;       ///< "node-1", "node-2"... in order of joining
+  std::string address;  ///< the peer's IP:port as the head sees it
+  node_info info;
+  bool alive = true;
+  std::string lost_why;  ///< once lost: the connection ended, or heartbeats stopped
+};
+
+/// Could not join: the head refused (wrong token, registry differs) or is not there.
+class join_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class head {
+ public:
+  struct config {
+    std::string bind = "127.0.0.1";  ///< loopback unless told otherwise
+    unsigned short port = 0;         ///< 0: any free port
+    std::string token;
+    std::chrono::milliseconds lost_after = bridge::lost_after;
+    /// Called (on a head thread) when a tool asks to stop the cluster, after
+    /// every node was told.
+    std::function<void()> on_stop_request;
+  };
+
+  /// Listens and serves. @throws std::system_error if it cannot listen.
+  explicit head(config c);
+  /// Tells every node to stop, then closes every connection.
+  ~head();
+  head(const head&) = delete;
+  head& operator=(const head&) = delete;
+
+  unsigned short port() const noexcept { return port_; }
+  std::vector<node_state> nodes() const;
+  /// The node table as JSON (what `status_reply` carries).
+  std::string nodes_json() const;
+  /// Tells every node to stop.
+  void stop_cluster();
+
+ private:
+  struct connection;
+  void accept_loop();
+  void serve(std::shared_ptr<connection> c);
+  void watch_heartbeats();
+  /// Empty if `functions` matches the reference registry (the first node's), else the first difference.
+  std::string registry_difference(const std::vector<std::string>& functions);
+
+  config cfg_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  unsigned short port_ = 0;
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mu_;  // nodes_, connections_, reference_
+  std::vector<node_state> nodes_;
+  std::vector<std::shared_ptr<connection>> connections_;
+  std::vector<std::string> reference_;  ///< the first node's registry
+  bool have_reference_ = false;
+  int next_node_ = 0;
+  std::thread acceptor_, watcher_;
+};
+
+/// A node's membership: joined in the constructor, heartbeats on a thread of its own.
+class node_link {
+ public:
+  /// Connects to `address` (HOST:PORT), proves `token`, joins as `info`.
+  /// @param on_end  called once, on the link's thread, when the cluster stops
+  ///                or the head is lost, with why
+  /// @throws join_error saying why it could not join
+  node_link(const std::string& address, const std::string& token, node_info info,
+            std::function<void(const std::string& why)> on_end);
+  ~node_link();
+  node_link(const node_link&) = delete;
+  node_link& operator=(const node_link&) = delete;
+
+  const std::string& node_id() const noexcept { return id_; }
+
+ private:
+  void run();
+
+  int fd_ = -1;
+  int wake_fd_ = -1;
+  std::string id_;
+  std::function<void(const std::string&)> on_end_;
+  std::thread thread_;
+};
+
+/// A tool's request to the head at `address`: "status" (the node table as
+/// JSON) or "stop" (stop the cluster; answers "{}").
+/// @throws join_error if the head cannot be reached or refuses the token
+std::string ask_head(const std::string& address, const std::string& token, const std::string& request);
+
+/// Splits "HOST:PORT" ("[v6]:PORT" too). @throws join_error if malformed.
+std::pair<std::string, unsigned short> split_address(const std::string& address);
+
+}  // namespace manta::bridge

@@ -1,0 +1,131 @@
+// bridge/socket_io.cpp: poll-based sends and receives with deadlines.
+#include "bridge/socket_io.hpp"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <system_error>
+
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/io_context.hpp>
+
+namespace manta::bridge {
+namespace {
+
+int left_ms(io_clock::time_point until) {
+  if (until == io_clock::time_point::max()) return -1;
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - io_clock::now()).count();
+  return ms > 0 ? static_cast<int>(std::min<long long>(ms, 1 << 30)) : 0;
+}
+
+std::string why(int e) { return std::strerror(e); }
+
+}  // namespace
+
+void send_all(int fd, std::string_view bytes, io_clock::time_point until) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd p{fd, POLLOUT, 0};
+      int ready = ::poll(&p, 1, left_ms(until));
+      if (ready == 0) throw io_error("manta bridge: a send timed out");
+      continue;
+    }
+    throw io_error("manta bridge: the connection broke: " + why(errno));
+  }
+}
+
+receive_status receive(int fd, frame_decoder& in, io_clock::time_point until, frame& out, int wake_fd) {
+  for (;;) {
+    if (auto f = in.next()) {
+      out = std::move(*f);
+      return receive_status::frame;
+    }
+    pollfd p[2] = {{fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    int ready = ::poll(p, wake_fd >= 0 ? 2 : 1, left_ms(until));
+    if (ready == 0) return receive_status::timeout;
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      throw io_error("manta bridge: poll: " + why(errno));
+    }
+    if (wake_fd >= 0 && p[1].revents) return receive_status::woken;
+    char buf[16384];
+    ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) in.feed(buf, static_cast<std::size_t>(n));
+    else if (n == 0) return receive_status::closed;
+    else if (errno == ECONNRESET || errno == EPIPE) return receive_status::closed;
+    else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
+      throw io_error("manta bridge: the connection broke: " + why(errno));
+  }
+}
+
+int connect_to(const std::string& host, unsigned short port, std::chrono::milliseconds timeout) {
+  const std::string where = host + ":" + std::to_string(port);
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::resolver resolver(io);
+  boost::system::error_code ec;
+  auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+  if (ec) throw io_error("manta bridge: cannot resolve " + where + ": " + ec.message());
+  const auto until = io_clock::now() + timeout;
+  std::string last = "no address";
+  for (const auto& entry : endpoints) {
+    auto endpoint = entry.endpoint();
+    int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) throw io_error("manta bridge: socket: " + why(errno));
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int rc = ::connect(fd, endpoint.data(), static_cast<socklen_t>(endpoint.size()));
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = ETIMEDOUT;
+      if (::poll(&p, 1, left_ms(until)) > 0) {
+        socklen_t len = sizeof error;
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len);
+      }
+      rc = error == 0 ? 0 : -1;
+      errno = error;
+    }
+    if (rc == 0) return fd;
+    last = why(errno);
+    ::close(fd);
+  }
+  throw io_error("manta bridge: cannot connect to " + where + ": " + last);
+}
+
+int listen_on(const std::string& bind_address, unsigned short& port) {
+  boost::system::error_code ec;
+  auto address = boost::asio::ip::make_address(bind_address, ec);
+  if (ec) throw std::system_error(EINVAL, std::generic_category(), "manta bridge: bad bind address '" + bind_address + "'");
+  boost::asio::ip::tcp::endpoint endpoint(address, port);
+  int fd = ::socket(endpoint.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "manta bridge: socket");
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(fd, endpoint.data(), static_cast<socklen_t>(endpoint.size())) != 0 || ::listen(fd, 64) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw std::system_error(e, std::generic_category(),
+                            "manta bridge: cannot listen on " + bind_address + ":" + std::to_string(port));
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return fd;
+}
+
+}  // namespace manta::bridge

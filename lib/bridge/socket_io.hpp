@@ -1,0 +1,41 @@
+// bridge/socket_io.hpp: frames over a TCP socket, every wait bounded: sending
+// all of a frame, receiving the next one (or learning that the time ran out,
+// the peer closed, or another thread asked to stop), connecting and listening.
+#pragma once
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "bridge/wire.hpp"
+
+namespace manta::bridge {
+
+using io_clock = std::chrono::steady_clock;
+
+/// The connection broke, or a send did not finish in time.
+class io_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Sends all of `bytes` before `until`. @throws io_error
+void send_all(int fd, std::string_view bytes, io_clock::time_point until);
+
+enum class receive_status { frame, timeout, closed, woken };
+
+/// Waits for the next frame (into `out`) until `until`, or until `wake_fd`
+/// (an eventfd, -1: none) is readable. @throws wire_error for a malformed or
+/// oversized frame, io_error if the connection broke
+receive_status receive(int fd, frame_decoder& in, io_clock::time_point until, frame& out, int wake_fd = -1);
+
+/// A TCP connection to HOST:PORT (resolved with Boost.Asio), within `timeout`.
+/// @throws io_error naming the address and why
+int connect_to(const std::string& host, unsigned short port, std::chrono::milliseconds timeout);
+
+/// A listening TCP socket on `bind_address`:`port` (0: any free port); sets
+/// `port` to the one bound. @throws std::system_error naming the address
+int listen_on(const std::string& bind_address, unsigned short& port);
+
+}  // namespace manta::bridge
