@@ -379,4 +379,64 @@ TEST(bridge_membership, stopping_the_cluster_ends_every_node_and_a_lost_head_is_
   exit_code(head_pid);
 }
 
+// ---- the command line: manta start --head, status, stop
+
+std::string sh(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(("timeout 60 " + cmd + " 2>&1").c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
+}
+
+TEST(bridge_cli, manta_start_head_status_and_stop_leave_nothing_behind) {
+  std::string dir = manta::testing::temp_path("cluster");
+  std::string cli = MANTA_CLI_PATH;
+  std::string started = sh(cli + " start --head --log-dir " + dir);
+  ASSERT_NE(started.find("address: 127.0.0.1:"), std::string::npos) << started;
+  std::string address;
+  int head_pid = 0;
+  {
+    std::ifstream in(dir + "/head.address");
+    in >> address >> head_pid;
+  }
+  ASSERT_GT(head_pid, 0);
+  struct reaper {  // a failed check must not leave the head running
+    int pid;
+    ~reaper() {
+      if (::kill(pid, 0) == 0) ::kill(pid, SIGKILL);
+    }
+  } reap{head_pid};
+  struct stat st {};
+  ASSERT_EQ(::stat((dir + "/cluster.token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::string cluster_token = read_token_file(dir + "/cluster.token");
+
+  std::string line;
+  pid_t node = peer_process({"node", address, cluster_token}, line);
+  ASSERT_GT(node, 0) << line;
+  std::string status = sh(cli + " status --json --address " + address + " --log-dir " + dir);
+  EXPECT_NE(status.find("\"node-1\""), std::string::npos) << status;
+  EXPECT_NE(status.find("\"alive\": true"), std::string::npos) << status;
+
+  // Another token: refused, saying so.
+  std::string other = dir + "/other.token";
+  make_token_file(other);
+  std::string refused = sh(cli + " status --address " + address + " --token-file " + other);
+  EXPECT_NE(refused.find("wrong cluster token"), std::string::npos) << refused;
+
+  std::string stopped = sh(cli + " stop --log-dir " + dir);
+  EXPECT_NE(stopped.find("stopped the cluster"), std::string::npos) << stopped;
+  EXPECT_EQ(exit_code(node), 0) << "the node was told to stop";
+  EXPECT_TRUE(manta::testing::eventually([&] { return ::kill(head_pid, 0) != 0; })) << "the head exited";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/head.address"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/cluster.token"));
+  std::string after = sh(cli + " status --address " + address + " --log-dir " + dir);
+  EXPECT_NE(after.find("manta:"), std::string::npos) << after;  // nobody answers (or no token any more)
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace

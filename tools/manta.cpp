@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "observe/control_socket.hpp"
+#include "tools/cluster.hpp"
 #include "tools/dashboard.hpp"
 
 namespace {
@@ -139,14 +140,16 @@ void print_memory(const json& m) {
 }
 
 void add_target(CLI::App* cmd, target& t) {
-  cmd->add_option("--address", t.address, "the runtime's socket, or its driver's pid (default: the only one running)");
+  cmd->add_option("--address", t.address,
+                  "the runtime's socket, or its driver's pid (default: the only one running); "
+                  "for status, a cluster's head as HOST:PORT");
   cmd->add_option("--log-dir", t.log_dir, "where runtimes put their sockets")->capture_default_str();
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"manta: see what a running manta program does"};
+  CLI::App app{"manta: see what a running manta program does, and start and stop a cluster's head"};
   app.require_subcommand(1);
   target t;
   bool as_json = false;
@@ -174,9 +177,33 @@ int main(int argc, char** argv) {
   dashboard->add_option("--port", board.port, "the port (0: any free one)")->capture_default_str();
   dashboard->add_option("--chart-js", board.chart_js, "Chart.js to serve")->capture_default_str();
 
+  manta::tools::cluster_options cluster;
+  cluster.log_dir = manta::observe::default_log_dir;
+  status->add_option("--token-file", cluster.token_file, "a cluster's token (default: MANTA_TOKEN_FILE, or <log-dir>/cluster.token)");
+  bool head_role = false;
+  auto* start = app.add_subcommand("start", "start a cluster's head in the background (prints its address and token file)");
+  start->add_flag("--head", head_role, "start the head")->required();
+  start->add_option("--port", cluster.port, "its port (0: any free one)")->capture_default_str();
+  start->add_option("--bind", cluster.bind, "the address to listen on (loopback unless told)")->capture_default_str();
+  start->add_option("--token-file", cluster.token_file, "where to write the cluster's token (0600)");
+  start->add_option("--log-dir", cluster.log_dir, "where the head's log, address and token go")->capture_default_str();
+  auto* stop = app.add_subcommand("stop", "stop the cluster: every node is told to stop, then the head exits");
+  stop->add_option("--address", cluster.address, "the head, HOST:PORT (default: the one started from --log-dir)");
+  stop->add_option("--token-file", cluster.token_file, "the cluster's token");
+  stop->add_option("--log-dir", cluster.log_dir, "where `manta start --head` wrote its address")->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
   try {
-    if (status->parsed()) {
+    if (start->parsed()) {
+      return manta::tools::start_head(cluster);
+    } else if (stop->parsed()) {
+      return manta::tools::stop_cluster(cluster);
+    } else if (status->parsed() && manta::tools::is_head_address(t.address)) {
+      cluster.address = t.address;
+      cluster.log_dir = t.log_dir;
+      cluster.json = as_json;
+      return manta::tools::cluster_status(cluster);
+    } else if (status->parsed()) {
       json s = ask_json(t, "status");
       if (as_json) std::cout << s.dump(2) << "\n";
       else print_status(s);

@@ -1,0 +1,26 @@
+// tools/cluster.hpp: the command line's cluster verbs: `manta start --head`
+// starts a head in the background, `manta stop` stops the cluster (every node
+// and the head), `manta status --address HOST:PORT` lists the nodes.
+#pragma once
+
+#include <string>
+
+namespace manta::tools {
+
+struct cluster_options {
+  std::string log_dir;     ///< where the head's log, address file and token go
+  std::string token_file;  ///< --token-file; else MANTA_TOKEN_FILE; else <log_dir>/cluster.token
+  std::string address;     ///< HOST:PORT of the head; else <log_dir>/head.address
+  std::string bind = "127.0.0.1";
+  unsigned short port = 0;
+  bool json = false;
+};
+
+/// True for "HOST:PORT" (a head), false for a socket path or a pid (a local runtime).
+bool is_head_address(const std::string& address);
+
+int start_head(const cluster_options& o);
+int stop_cluster(const cluster_options& o);
+int cluster_status(const cluster_options& o);
+
+}  // namespace manta::tools
