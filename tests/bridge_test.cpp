@@ -19,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include "bridge/auth.hpp"
+#include "bridge/socket_io.hpp"
 #include "bridge/membership.hpp"
 #include "bridge/token.hpp"
 #include "bridge/wire.hpp"
@@ -295,6 +296,39 @@ int exit_code(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+TEST(bridge_membership, a_stop_that_comes_with_the_join_is_not_lost_and_a_link_may_end_itself) {
+  // A head that answers the join and says stop in the same write.
+  unsigned short port = 0;
+  int listener = listen_on("127.0.0.1", port);
+  std::thread fake([&] {
+    int fd = ::accept(listener, nullptr, nullptr);
+    frame_decoder in;
+    authenticate_peer(fd, token, in);
+    frame f;
+    receive(fd, in, io_clock::now() + 5s, f);  // the join
+    std::string both = encode(frame_type::joined, "node-9") + encode(frame_type::stop, "the cluster was stopped");
+    send_all(fd, both, io_clock::now() + 5s);
+    char c;
+    ::recv(fd, &c, 1, 0);  // until the node goes
+    ::close(fd);
+  });
+  std::promise<std::string> ended;
+  std::promise<void> assigned;
+  auto assigned_future = assigned.get_future();
+  std::unique_ptr<node_link> link;
+  link = std::make_unique<node_link>("127.0.0.1:" + std::to_string(port), token, a_node(), [&](const std::string& why) {
+    assigned_future.wait();
+    link.reset();  // the callback may destroy its own link
+    ended.set_value(why);
+  });
+  assigned.set_value();
+  auto why = ended.get_future();
+  ASSERT_EQ(why.wait_for(10s), std::future_status::ready);
+  EXPECT_NE(why.get().find("stopped"), std::string::npos);
+  fake.join();
+  ::close(listener);
+}
+
 TEST(bridge_membership, nodes_join_with_their_resources_and_the_table_lists_them) {
   head h({.token = token});
   node_link first(at(h), token, a_node(), nullptr);
@@ -407,13 +441,16 @@ TEST(bridge_cli, manta_start_head_status_and_stop_leave_nothing_behind) {
   struct reaper {  // a failed check must not leave the head running
     int pid;
     ~reaper() {
-      if (::kill(pid, 0) == 0) ::kill(pid, SIGKILL);
+      if (manta::testing::alive(pid)) ::kill(pid, SIGKILL);
     }
   } reap{head_pid};
   struct stat st {};
   ASSERT_EQ(::stat((dir + "/cluster.token").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   std::string cluster_token = read_token_file(dir + "/cluster.token");
+  std::string again = sh(cli + " start --head --log-dir " + dir);
+  EXPECT_NE(again.find("a head already runs"), std::string::npos) << again;
+  EXPECT_EQ(read_token_file(dir + "/cluster.token"), cluster_token) << "the running head's token is kept";
 
   std::string line;
   pid_t node = peer_process({"node", address, cluster_token}, line);
@@ -431,7 +468,7 @@ TEST(bridge_cli, manta_start_head_status_and_stop_leave_nothing_behind) {
   std::string stopped = sh(cli + " stop --log-dir " + dir);
   EXPECT_NE(stopped.find("stopped the cluster"), std::string::npos) << stopped;
   EXPECT_EQ(exit_code(node), 0) << "the node was told to stop";
-  EXPECT_TRUE(manta::testing::eventually([&] { return ::kill(head_pid, 0) != 0; })) << "the head exited";
+  EXPECT_TRUE(manta::testing::eventually([&] { return !manta::testing::alive(head_pid); })) << "the head exited";
   EXPECT_FALSE(std::filesystem::exists(dir + "/head.address"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/cluster.token"));
   std::string after = sh(cli + " status --address " + address + " --log-dir " + dir);

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bridge/membership.hpp"
+#include "observe/control_socket.hpp"
 #include "bridge/token.hpp"
 
 namespace manta::tools {
@@ -34,16 +36,54 @@ std::string token_path(const cluster_options& o) {
 
 std::string address_file(const cluster_options& o) { return o.log_dir + "/head.address"; }
 
-/// The head's address and pid, from --address or the address file `manta start --head` wrote.
-std::pair<std::string, pid_t> head_of(const cluster_options& o) {
+/// Alive and not a zombie (a head nobody reaped yet has exited all the same).
+bool running(pid_t pid) {
+  if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
+}
+
+/// The head's address and pid as `manta start --head` recorded them ("", 0 if none).
+std::pair<std::string, pid_t> recorded_head(const cluster_options& o) {
   std::ifstream in(address_file(o));
   std::string address;
   pid_t pid = 0;
   if (in) in >> address >> pid;
+  return {address, pid};
+}
+
+/// The head's address and pid, from --address or the address file.
+std::pair<std::string, pid_t> head_of(const cluster_options& o) {
+  auto [address, pid] = recorded_head(o);
   if (!o.address.empty()) return {o.address, address == o.address ? pid : 0};
   if (address.empty())
     throw std::runtime_error("no head address: give --address HOST:PORT (none started from " + o.log_dir + ")");
   return {address, pid};
+}
+
+/// Writes `text` to `path` through a fresh file renamed over it: never through a link.
+void write_file(const std::string& path, const std::string& text) {
+  const std::string fresh = path + ".new";
+  ::unlink(fresh.c_str());
+  int fd = ::open(fresh.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ok = ::close(fd) == 0 && ok;
+  if (!ok || ::rename(fresh.c_str(), path.c_str()) != 0) {
+    ::unlink(fresh.c_str());
+    throw std::runtime_error("cannot write " + path);
+  }
+}
+
+/// Removes `path` only if it still holds `text` (a later head may have written its own).
+void remove_if_ours(const std::string& path, const std::string& text) {
+  std::ifstream in(path);
+  std::stringstream held;
+  held << in.rdbuf();
+  if (held.str() == text) ::unlink(path.c_str());
 }
 
 }  // namespace
@@ -56,24 +96,32 @@ bool is_head_address(const std::string& address) {
 
 int start_head(const cluster_options& o) {
   std::error_code ec;
-  std::filesystem::create_directories(o.log_dir, ec);
-  const std::string token = bridge::make_token_file(token_path(o));
+  if (std::filesystem::create_directories(o.log_dir, ec))
+    std::filesystem::permissions(o.log_dir, std::filesystem::perms::owner_all, ec);
+  observe::check_private_dir(o.log_dir);  // its files are made by name: nobody else may put links there
+  if (auto [address, pid] = recorded_head(o); running(pid))
+    throw std::runtime_error("a head already runs from " + o.log_dir + " (pid " + std::to_string(pid) + ", " +
+                             address + "); stop it first (manta stop)");
+  const std::string token = bridge::new_token();
   int ready[2];
   if (::pipe(ready) != 0) throw std::runtime_error("pipe failed");
   std::fflush(nullptr);
   pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
-    // The head, in the background: its own session, its output in head.log.
+    // The head, in the background: its own session, its output in head.log,
+    // nothing of the caller's kept open but the pipe that says it listens.
     ::close(ready[0]);
     ::setsid();
-    int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    int log = ::open((o.log_dir + "/head.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (null >= 0) ::dup2(null, STDIN_FILENO);
-    if (log >= 0) {
-      ::dup2(log, STDOUT_FILENO);
-      ::dup2(log, STDERR_FILENO);
-    }
+    [[maybe_unused]] int at_root = ::chdir("/");
+    ::signal(SIGPIPE, SIG_IGN);
+    int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    int log = ::open((o.log_dir + "/head.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    ::dup2(null, STDIN_FILENO);
+    ::dup2(log >= 0 ? log : null, STDOUT_FILENO);
+    ::dup2(log >= 0 ? log : null, STDERR_FILENO);
+    for (int fd = 3; fd < 1024; ++fd)
+      if (fd != ready[1]) ::close(fd);
     // SIGTERM and SIGINT are waited for below, not delivered (every thread inherits the mask).
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
@@ -82,12 +130,17 @@ int start_head(const cluster_options& o) {
     ::pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     std::atomic<bool> stop{false};
     int code = 0;
+    std::string recorded;
     try {
       bridge::head h({.bind = o.bind, .port = o.port, .token = token, .on_stop_request = [&] { stop = true; }});
-      std::string address = (o.bind == "0.0.0.0" || o.bind == "::" ? "127.0.0.1" : o.bind) + ":" + std::to_string(h.port());
-      std::ofstream(address_file(o)) << address << " " << ::getpid() << "\n";
+      // Listening: now the token and the address are written.
+      bridge::write_token_file(token_path(o), token);
+      std::string address =
+          (o.bind == "0.0.0.0" || o.bind == "::" ? "127.0.0.1" : o.bind) + ":" + std::to_string(h.port());
+      recorded = address + " " + std::to_string(::getpid()) + "\n";
+      write_file(address_file(o), recorded);
       std::string line = address + "\n";
-      if (::write(ready[1], line.data(), line.size()) < 0) ::_exit(3);
+      if (::write(ready[1], line.data(), line.size()) < 0) code = 3;  // (the caller went: serve anyway)
       ::close(ready[1]);
       std::printf("head listening on %s:%u\n", o.bind.c_str(), h.port());
       std::fflush(stdout);
@@ -103,9 +156,11 @@ int start_head(const cluster_options& o) {
       [[maybe_unused]] auto n = ::write(ready[1], line.data(), line.size());
       code = 1;
     }
-    // (the head is gone: its nodes were told to stop)
-    std::filesystem::remove(address_file(o), ec);
-    std::filesystem::remove(token_path(o), ec);
+    // (the head is gone: its nodes were told to stop) Its files go, unless a later head's.
+    if (!recorded.empty()) {
+      remove_if_ours(address_file(o), recorded);
+      remove_if_ours(token_path(o), token + "\n");
+    }
     std::fflush(nullptr);
     ::_exit(code);
   }
@@ -130,9 +185,9 @@ int stop_cluster(const cluster_options& o) {
   // The head exits once its nodes were told; wait for it when we know its pid.
   if (pid > 0) {
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (::kill(pid, 0) == 0 && std::chrono::steady_clock::now() < until)
+    while (running(pid) && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (::kill(pid, 0) == 0) throw std::runtime_error("the head (pid " + std::to_string(pid) + ") did not exit");
+    if (running(pid)) throw std::runtime_error("the head (pid " + std::to_string(pid) + ") did not exit");
   }
   std::printf("stopped the cluster at %s\n", address.c_str());
   return 0;

@@ -75,10 +75,20 @@ std::string_view bytes_of(const nonce& n) { return {reinterpret_cast<const char*
 }  // namespace
 
 void authenticate_peer(int fd, const std::string& token, std::chrono::milliseconds timeout) {
+  frame_decoder in;
+  authenticate_peer(fd, token, in, timeout);
+}
+
+void authenticate_to_head(int fd, const std::string& token, std::chrono::milliseconds timeout) {
+  frame_decoder in;
+  authenticate_to_head(fd, token, in, timeout);
+}
+
+void authenticate_peer(int fd, const std::string& token, frame_decoder& in, std::chrono::milliseconds timeout) {
   const auto until = clock_type::now() + timeout;
   const nonce ours = fresh_nonce();
   send_all(fd, encode(frame_type::challenge, bytes_of(ours)), until);
-  frame_decoder in(max_handshake_body);
+  in.set_limit(max_handshake_body);
   frame f = receive(fd, in, until);
   auto refuse = [&](const std::string& why) {
     try {
@@ -94,11 +104,12 @@ void authenticate_peer(int fd, const std::string& token, std::chrono::millisecon
   if (!same_secret(std::string_view(f.body).substr(nonce_bytes), proof(token, "peer", ours, theirs)))
     refuse("wrong cluster token");
   send_all(fd, encode(frame_type::welcome, proof(token, "head", theirs, ours)), until);
+  in.set_limit(max_frame_body);
 }
 
-void authenticate_to_head(int fd, const std::string& token, std::chrono::milliseconds timeout) {
+void authenticate_to_head(int fd, const std::string& token, frame_decoder& in, std::chrono::milliseconds timeout) {
   const auto until = clock_type::now() + timeout;
-  frame_decoder in(max_handshake_body);
+  in.set_limit(max_handshake_body);
   frame f = receive(fd, in, until);
   if (f.type != frame_type::challenge || f.body.size() != nonce_bytes)
     throw auth_error("manta bridge: the head did not open with a challenge");
@@ -112,6 +123,7 @@ void authenticate_to_head(int fd, const std::string& token, std::chrono::millise
   if (f.type == frame_type::refused) throw auth_error("manta bridge: the head refused this peer: " + f.body);
   if (f.type != frame_type::welcome || !same_secret(f.body, proof(token, "head", ours, head)))
     throw auth_error("manta bridge: the head did not prove it knows the cluster token");
+  in.set_limit(max_frame_body);
 }
 
 }  // namespace manta::bridge

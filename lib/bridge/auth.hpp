@@ -27,13 +27,19 @@ class auth_error : public std::runtime_error {
 /// How long each side waits for the other's handshake frames.
 inline constexpr std::chrono::milliseconds handshake_timeout{5000};
 
+class frame_decoder;
+
 /// The head's side, on a connected stream socket `fd` (blocking or not).
+/// `in` is the connection's decoder: it is limited to the handshake's frames
+/// while it runs, and keeps what arrived after them for the caller.
 /// @throws auth_error; the caller closes the connection.
-void authenticate_peer(int fd, const std::string& token,
+void authenticate_peer(int fd, const std::string& token, frame_decoder& in,
                        std::chrono::milliseconds timeout = handshake_timeout);
+void authenticate_peer(int fd, const std::string& token, std::chrono::milliseconds timeout = handshake_timeout);
 
 /// The joining peer's side. @throws auth_error.
-void authenticate_to_head(int fd, const std::string& token,
+void authenticate_to_head(int fd, const std::string& token, frame_decoder& in,
                           std::chrono::milliseconds timeout = handshake_timeout);
+void authenticate_to_head(int fd, const std::string& token, std::chrono::milliseconds timeout = handshake_timeout);
 
 }  // namespace manta::bridge

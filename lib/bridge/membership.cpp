@@ -32,6 +32,8 @@ namespace {
 /// How long a frame may take to leave; a peer that reads nothing for this
 /// long is dropped rather than holding a thread.
 constexpr auto send_limit = std::chrono::seconds(5);
+/// Connections at most that have not proved the token yet.
+constexpr std::ptrdiff_t max_handshakes = 32;
 
 std::string peer_address(int fd) {
   sockaddr_storage a{};
@@ -86,6 +88,7 @@ struct head::connection {
   bool done = false;                                   // under the head's mu_
   std::thread thread;
   std::atomic<bool> finished{false};  ///< its thread has ended: join it
+  std::atomic<bool> proved{false};    ///< the peer proved the token
 
   void send(frame_type type, std::string_view body) {
     std::lock_guard lock(fd_mu);
@@ -107,16 +110,29 @@ head::head(config c) : cfg_(std::move(c)), port_(cfg_.port) {
   if (cfg_.token.empty()) throw std::invalid_argument("manta bridge: a head needs the cluster token");
   listen_fd_ = listen_on(cfg_.bind, port_);
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) {
+    ::close(listen_fd_);
+    throw std::system_error(errno, std::generic_category(), "manta bridge: eventfd");
+  }
   acceptor_ = std::thread([this] { accept_loop(); });
-  watcher_ = std::thread([this] { watch_heartbeats(); });
+  try {
+    watcher_ = std::thread([this] { watch_heartbeats(); });
+  } catch (...) {
+    stopping_ = true;
+    wake(wake_fd_);
+    acceptor_.join();
+    ::close(listen_fd_);
+    ::close(wake_fd_);
+    throw;
+  }
 }
 
 head::~head() {
-  stop_cluster();
-  stopping_ = true;
+  stopping_ = true;  // no node joins from here on...
   wake(wake_fd_);
   acceptor_.join();
   watcher_.join();
+  stop_cluster();  // ...and every node that did is told
   std::vector<std::shared_ptr<connection>> all;
   {
     std::lock_guard lock(mu_);
@@ -150,6 +166,14 @@ void head::accept_loop() {
       old->thread.join();
       return true;
     });
+    // A thread per connection, but only so many before the token is proved:
+    // strangers opening sockets cannot pile threads up.
+    auto unproved = std::count_if(connections_.begin(), connections_.end(),
+                                  [](const auto& old) { return !old->proved.load(std::memory_order_acquire); });
+    if (unproved >= max_handshakes) {
+      ::close(fd);
+      continue;
+    }
     connections_.push_back(c);
     try {
       c->thread = std::thread([this, c] {
@@ -189,8 +213,9 @@ void head::serve(std::shared_ptr<connection> c) {
       }
   };
   try {
-    authenticate_peer(c->fd, cfg_.token);
-    frame_decoder in;
+    frame_decoder in;  // one for the connection's life: nothing that arrives early is lost
+    authenticate_peer(c->fd, cfg_.token, in);
+    c->proved.store(true, std::memory_order_release);
     frame f;
     if (receive(c->fd, in, io_clock::now() + std::chrono::seconds(5), f, wake_fd_) != receive_status::frame)
       return finish("it said nothing after the handshake");
@@ -325,15 +350,15 @@ node_link::node_link(const std::string& address, const std::string& token, node_
     throw join_error(e.what());
   }
   try {
-    authenticate_to_head(fd_, token);
+    authenticate_to_head(fd_, token, in_);
     std::sort(info.functions.begin(), info.functions.end());
     json j = {{"host", info.host}, {"pid", info.pid}, {"resources", info.resources}, {"functions", info.functions}};
     auto until = io_clock::now() + std::chrono::seconds(5);
     send_all(fd_, encode(frame_type::join, j.dump()), until);
-    frame_decoder in;
     frame f;
-    if (receive(fd_, in, until, f) != receive_status::frame) throw join_error("manta: the head did not answer the join");
+    if (receive(fd_, in_, until, f) != receive_status::frame) throw join_error("manta: the head did not answer the join");
     if (f.type == frame_type::refused) throw join_error("manta: the head refused this node: " + f.body);
+    if (f.type == frame_type::stop) throw join_error("manta: the cluster is stopping: " + f.body);
     if (f.type != frame_type::joined) throw join_error("manta: the head answered the join with something else");
     id_ = f.body;
   } catch (const join_error&) {
@@ -344,12 +369,18 @@ node_link::node_link(const std::string& address, const std::string& token, node_
     throw join_error(e.what());
   }
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) {
+    ::close(fd_);
+    throw join_error(std::string("manta: eventfd: ") + std::strerror(errno));
+  }
   thread_ = std::thread([this] { run(); });
 }
 
 node_link::~node_link() {
   wake(wake_fd_);
-  thread_.join();
+  // Destroyed from its own on_end: run() touches nothing after the callback.
+  if (thread_.get_id() == std::this_thread::get_id()) thread_.detach();
+  else thread_.join();
   ::close(fd_);
   ::close(wake_fd_);
 }
@@ -357,7 +388,7 @@ node_link::~node_link() {
 void node_link::run() {
   std::string why;
   try {
-    frame_decoder in;
+    frame_decoder& in = in_;  // (what came with `joined` is in it already)
     frame f;
     auto last_heard = io_clock::now();
     auto next_beat = io_clock::now();
@@ -386,7 +417,9 @@ void node_link::run() {
   } catch (const std::exception& e) {
     why = std::string("the head was lost: ") + e.what();
   }
-  if (on_end_) on_end_(why);
+  // The last thing, from a copy of its own: the callback may destroy the link (and on_end_ with it).
+  auto callback = std::move(on_end_);
+  if (callback) callback(why);
 }
 
 std::string ask_head(const std::string& address, const std::string& token, const std::string& request) {

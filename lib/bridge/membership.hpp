@@ -22,6 +22,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "bridge/wire.hpp"
+
 namespace manta::bridge {
 
 inline constexpr std::chrono::milliseconds heartbeat_every{500};
@@ -104,7 +106,8 @@ class node_link {
  public:
   /// Connects to `address` (HOST:PORT), proves `token`, joins as `info`.
   /// @param on_end  called once, on the link's thread, when the cluster stops
-  ///                or the head is lost, with why
+  ///                or the head is lost, with why; it may destroy the link, and
+  ///                may run while another thread's destructor waits for it
   /// @throws join_error saying why it could not join
   node_link(const std::string& address, const std::string& token, node_info info,
             std::function<void(const std::string& why)> on_end);
@@ -119,6 +122,7 @@ class node_link {
 
   int fd_ = -1;
   int wake_fd_ = -1;
+  frame_decoder in_;  ///< the connection's, from the handshake on
   std::string id_;
   std::function<void(const std::string&)> on_end_;
   std::thread thread_;

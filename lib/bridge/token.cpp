@@ -22,15 +22,25 @@ constexpr std::size_t token_bytes = 32;
 
 }  // namespace
 
-std::string make_token_file(const std::string& path) {
+std::string new_token() {
   unsigned char raw[token_bytes];
-  if (RAND_bytes(raw, sizeof raw) != 1) fail(path, "no random bytes");
+  if (RAND_bytes(raw, sizeof raw) != 1) throw token_error("manta: no random bytes for a cluster token");
   std::string token;
   for (unsigned char b : raw) {
     char two[3];
     std::snprintf(two, sizeof two, "%02x", b);
     token += two;
   }
+  return token;
+}
+
+std::string make_token_file(const std::string& path) {
+  std::string token = new_token();
+  write_token_file(path, token);
+  return token;
+}
+
+void write_token_file(const std::string& path, const std::string& token) {
   // A fresh file beside the old one, then renamed over it: never written through a link.
   const std::string fresh = path + ".new";
   ::unlink(fresh.c_str());
@@ -44,7 +54,6 @@ std::string make_token_file(const std::string& path) {
     ::unlink(fresh.c_str());
     fail(path, std::strerror(e));
   }
-  return token;
 }
 
 std::string read_token_file(const std::string& path) {

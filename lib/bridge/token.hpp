@@ -12,9 +12,14 @@ class token_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// A fresh token written to `path` (created 0600; an existing file is
-/// replaced, never written through a link). @returns the token.
-/// @throws token_error naming the path and why
+/// A fresh token: 32 random bytes as 64 hex digits.
+std::string new_token();
+
+/// Writes `token` to `path` (created 0600; an existing file is replaced,
+/// never written through a link). @throws token_error naming the path and why
+void write_token_file(const std::string& path, const std::string& token);
+
+/// A fresh token written to `path`. @returns the token.
 std::string make_token_file(const std::string& path);
 
 /// The token in `path`. @throws token_error if the file is missing, is not a

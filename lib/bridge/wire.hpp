@@ -57,6 +57,8 @@ class frame_decoder {
   std::optional<frame> next();
   /// Bytes received and not yet handed out as frames.
   std::size_t pending() const noexcept { return buffer_.size() - start_; }
+  /// Changes the limit (raised once the peer has proved the token).
+  void set_limit(std::size_t max_body) noexcept { max_body_ = max_body; }
 
  private:
   std::size_t max_body_;
