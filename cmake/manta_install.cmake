@@ -3,7 +3,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY include/manta DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(TARGETS manta manta_runtime manta_process manta_ipc manta_store manta_observe
+install(TARGETS manta manta_runtime manta_bridge manta_process manta_ipc manta_store manta_observe
         EXPORT manta_targets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -29,9 +29,7 @@ namespace manta::tools {
 namespace {
 
 std::string token_path(const cluster_options& o) {
-  if (!o.token_file.empty()) return o.token_file;
-  if (const char* env = std::getenv("MANTA_TOKEN_FILE"); env && *env) return env;
-  return o.log_dir + "/cluster.token";
+  return o.token_file.empty() ? bridge::default_token_file(o.log_dir) : o.token_file;
 }
 
 std::string address_file(const cluster_options& o) { return o.log_dir + "/head.address"; }
@@ -92,6 +90,12 @@ bool is_head_address(const std::string& address) {
   auto colon = address.rfind(':');
   return colon != std::string::npos && colon + 1 < address.size() &&
          address.find_first_not_of("0123456789", colon + 1) == std::string::npos && address.find('/') == std::string::npos;
+}
+
+bool head_runs_in(const std::string& log_dir) {
+  cluster_options o;
+  o.log_dir = log_dir;
+  return running(recorded_head(o).second);
 }
 
 int start_head(const cluster_options& o) {
@@ -205,7 +209,7 @@ int cluster_status(const cluster_options& o) {
   for (const auto& n : table["nodes"]) alive += n["alive"].get<bool>();
   std::printf("cluster at %s: %zu node%s alive, %zu lost\n\n", address.c_str(), alive, alive == 1 ? "" : "s",
               table["nodes"].size() - alive);
-  std::printf("%-8s %-22s %-16s %-8s %-6s %s\n", "NODE", "ADDRESS", "HOST", "PID", "ALIVE", "RESOURCES");
+  std::printf("%-8s %-22s %-16s %-8s %-6s %-6s %s\n", "NODE", "ADDRESS", "HOST", "PID", "ALIVE", "TASKS", "RESOURCES");
   for (const auto& n : table["nodes"]) {
     std::string resources;
     for (const auto& [name, amount] : n["resources"].items()) {
@@ -214,9 +218,9 @@ int cluster_status(const cluster_options& o) {
       resources += (resources.empty() ? "" : ", ") + name + " " + value;
     }
     if (!n["alive"].get<bool>()) resources = "lost: " + n["lost_why"].get<std::string>();
-    std::printf("%-8s %-22s %-16s %-8d %-6s %s\n", n["id"].get<std::string>().c_str(),
+    std::printf("%-8s %-22s %-16s %-8d %-6s %-6d %s\n", n["id"].get<std::string>().c_str(),
                 n["address"].get<std::string>().c_str(), n["host"].get<std::string>().c_str(), n["pid"].get<int>(),
-                n["alive"].get<bool>() ? "yes" : "no", resources.c_str());
+                n["alive"].get<bool>() ? "yes" : "no", n.value("tasks_running", 0), resources.c_str());
   }
   return 0;
 }

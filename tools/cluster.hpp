@@ -19,6 +19,9 @@ struct cluster_options {
 /// True for "HOST:PORT" (a head), false for a socket path or a pid (a local runtime).
 bool is_head_address(const std::string& address);
 
+/// True if `manta start --head` recorded a head in `log_dir` that still runs.
+bool head_runs_in(const std::string& log_dir);
+
 int start_head(const cluster_options& o);
 int stop_cluster(const cluster_options& o);
 int cluster_status(const cluster_options& o);

@@ -198,7 +198,8 @@ int main(int argc, char** argv) {
       return manta::tools::start_head(cluster);
     } else if (stop->parsed()) {
       return manta::tools::stop_cluster(cluster);
-    } else if (status->parsed() && manta::tools::is_head_address(t.address)) {
+    } else if (status->parsed() && (manta::tools::is_head_address(t.address) ||
+                                    (t.address.empty() && manta::tools::head_runs_in(t.log_dir)))) {
       cluster.address = t.address;
       cluster.log_dir = t.log_dir;
       cluster.json = as_json;

@@ -91,6 +91,8 @@ void register_actor_class(std::uint64_t class_tag, std::string name);
 std::string actor_class_name(std::uint64_t class_tag);
 /// Splits "a, b<c, d>, e" at top-level commas.
 std::vector<std::string> split_names(const char* names);
+/// The name of every registered callable, sorted (the nodes of a cluster compare them).
+std::vector<std::string> registered_names();
 
 template <class T>
 inline constexpr bool is_span_v = false;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <system_error>
 
@@ -21,6 +22,7 @@
 
 #include "bridge/auth.hpp"
 #include "bridge/socket_io.hpp"
+#include "bridge/task_wire.hpp"
 #include "bridge/wire.hpp"
 
 namespace manta::bridge {
@@ -83,7 +85,8 @@ struct head::connection {
   /// to -1); other threads send or shut it down under fd_mu.
   int fd = -1;
   std::mutex fd_mu;
-  std::string node_id;  ///< set once it joined as a node (under the head's mu_)
+  std::string node_id;  ///< set once it joined: "node-N" or "driver-N" (under the head's mu_)
+  bool driver = false;  ///< it joined as a driver (under the head's mu_)
   io_clock::time_point last_heard = io_clock::now();  // under the head's mu_
   bool done = false;                                   // under the head's mu_
   std::thread thread;
@@ -204,13 +207,13 @@ std::string head::registry_difference(const std::vector<std::string>& functions)
 void head::serve(std::shared_ptr<connection> c) {
   const std::string where = peer_address(c->fd);
   auto finish = [&](const std::string& why) {
-    std::lock_guard lock(mu_);
-    c->done = true;
-    for (auto& n : nodes_)
-      if (n.id == c->node_id && n.alive) {
-        n.alive = false;
-        n.lost_why = why;
-      }
+    std::vector<outgoing> out;
+    {
+      std::lock_guard lock(mu_);
+      if (!c->done) lose_member(*c, why, out);
+      c->done = true;
+    }
+    send_all_of(out);
   };
   try {
     frame_decoder in;  // one for the connection's life: nothing that arrives early is lost
@@ -240,12 +243,16 @@ void head::serve(std::shared_ptr<connection> c) {
       info.pid = j.at("pid").get<int>();
       info.resources = j.at("resources").get<std::map<std::string, double>>();
       info.functions = j.at("functions").get<std::vector<std::string>>();
+      info.role = j.value("role", std::string("node"));
+      if (info.role != "node" && info.role != "driver") throw std::invalid_argument("role '" + info.role + "'");
     } catch (const std::exception& e) {
       c->send(frame_type::refused, std::string("a malformed join: ") + e.what());
       return finish("");
     }
     std::sort(info.functions.begin(), info.functions.end());
+    const bool driver = info.role == "driver";
     std::string id;
+    std::vector<outgoing> out;
     {
       std::lock_guard lock(mu_);
       std::string difference = registry_difference(info.functions);
@@ -254,32 +261,42 @@ void head::serve(std::shared_ptr<connection> c) {
         c->done = true;
         return;
       }
-      id = "node-" + std::to_string(++next_node_);
+      id = driver ? "driver-" + std::to_string(++next_driver_) : "node-" + std::to_string(++next_node_);
       c->node_id = id;
       c->last_heard = io_clock::now();
-      nodes_.push_back({id, where, info, true, {}});
+      if (!driver) {
+        nodes_.push_back({id, where, info, true, {}});
+        tell_drivers(out);
+      }
     }
     c->send(frame_type::joined, id);
-    // Heartbeats, answered, until the connection ends or the watcher drops it.
+    if (driver) {
+      // A driver hears of the table only after its `joined`, then of every change.
+      std::lock_guard lock(mu_);
+      c->driver = true;
+      out.push_back({c, frame_type::cluster_update, nodes_json_locked()});
+    }
+    send_all_of(out);
+    // Heartbeats, answered, tasks and outcomes, until the connection ends or the watcher drops it.
     for (;;) {
       receive_status st = receive(c->fd, in, io_clock::time_point::max(), f, -1);
       if (st == receive_status::closed) return finish("its connection closed (the process ended, or its machine)");
       if (st != receive_status::frame) continue;
+      out.clear();
       {
         std::lock_guard lock(mu_);
         if (c->done) return;  // the watcher declared it lost
         c->last_heard = io_clock::now();
+        if (f.type == frame_type::run_task && driver) route_task(c, f.body, out);
+        else if (f.type == frame_type::task_result && !driver) route_outcome(*c, f.body, out);
       }
       if (f.type == frame_type::heartbeat) c->send(frame_type::heartbeat, "");
+      send_all_of(out);
     }
   } catch (const std::exception& e) {
-    std::lock_guard lock(mu_);
-    c->done = true;
-    for (auto& n : nodes_)
-      if (n.id == c->node_id && n.alive) {
-        n.alive = false;
-        n.lost_why = e.what();
-      }
+    std::fprintf(stderr, "manta head: dropped %s (%s): %s\n", c->node_id.empty() ? "a peer" : c->node_id.c_str(),
+                 where.c_str(), e.what());
+    finish(e.what());
   }
 }
 
@@ -288,18 +305,201 @@ void head::watch_heartbeats() {
     pollfd w{wake_fd_, POLLIN, 0};
     ::poll(&w, 1, 100);
     if (stopping_) return;
-    std::lock_guard lock(mu_);
-    const auto now = io_clock::now();
-    for (auto& c : connections_) {
-      if (c->done || c->node_id.empty() || now - c->last_heard < cfg_.lost_after) continue;
-      c->done = true;
-      c->shut();  // its server thread ends
-      for (auto& n : nodes_)
-        if (n.id == c->node_id && n.alive) {
-          n.alive = false;
-          n.lost_why = "no heartbeat for " + std::to_string(cfg_.lost_after.count()) + " ms";
-        }
+    std::vector<outgoing> out;
+    {
+      std::lock_guard lock(mu_);
+      const auto now = io_clock::now();
+      for (auto& c : connections_) {
+        if (c->done || c->node_id.empty() || now - c->last_heard < cfg_.lost_after) continue;
+        c->done = true;
+        c->shut();  // its server thread ends
+        lose_member(*c, "no heartbeat for " + std::to_string(cfg_.lost_after.count()) + " ms", out);
+      }
     }
+    send_all_of(out);
+  }
+}
+
+void head::send_all_of(std::vector<outgoing>& out) {
+  for (auto& o : out) {
+    try {
+      o.to->send(o.type, o.body);
+    } catch (const std::exception&) {  // its connection is gone: its server thread sees to it
+    }
+  }
+  out.clear();
+}
+
+std::string lacking(const std::map<std::string, double>& has, double cpus, double gpus,
+                    const std::map<std::string, double>& custom) {
+  auto short_of = [&](const std::string& name, double want) -> std::string {
+    if (want <= 0) return {};
+    auto it = has.find(name);
+    double have = it == has.end() ? 0 : it->second;
+    if (have >= want) return {};
+    auto number = [](double x) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", x);
+      return std::string(text);
+    };
+    return name + ": " + number(want) + " asked, " + number(have) + " there";
+  };
+  if (auto w = short_of("CPU", cpus); !w.empty()) return w;
+  if (auto w = short_of("GPU", gpus); !w.empty()) return w;
+  for (const auto& [name, want] : custom)
+    if (auto w = short_of(name, want); !w.empty()) return w;
+  return {};
+}
+
+namespace {
+
+task_outcome failed(std::uint64_t id, std::uint8_t kind, const std::string& type, std::string message,
+                    const std::string& function, std::string node = {}) {
+  task_outcome o;
+  o.id = id;
+  o.ok = false;
+  o.node = std::move(node);
+  o.error.kind = kind;
+  o.error.remote_type = type;
+  o.error.message = std::move(message);
+  o.error.function = function;
+  return o;
+}
+
+// ipc::error_kind's numbers (the bridge does not depend on ipc).
+constexpr std::uint8_t kind_usage = 4;
+constexpr std::uint8_t kind_node_died = 6;
+
+}  // namespace
+
+std::shared_ptr<head::connection> head::place(const routed_task& t, std::string& why) {
+  std::shared_ptr<connection> best;
+  double best_load = 0;
+  std::string first_lack;
+  bool any_fits = false;
+  for (const auto& n : nodes_) {
+    std::string lack = lacking(n.info.resources, t.num_cpus, t.num_gpus, t.resources);
+    if (!lack.empty()) {
+      if (first_lack.empty()) first_lack = n.id + " has " + lack;
+      continue;
+    }
+    any_fits = true;
+    if (!n.alive) continue;
+    auto c = std::find_if(connections_.begin(), connections_.end(),
+                          [&](const auto& x) { return x->node_id == n.id && !x->done; });
+    if (c == connections_.end()) continue;
+    auto cpus = n.info.resources.find("CPU");
+    double load = running_[n.id] / std::max(1.0, cpus == n.info.resources.end() ? 1.0 : cpus->second);
+    if (!best || load < best_load) {
+      best = *c;
+      best_load = load;
+    }
+  }
+  if (!best)
+    why = nodes_.empty() ? "the cluster has no node"
+          : any_fits     ? "every node that could run it was lost"
+                         : "no node of the cluster has what it needs (" + first_lack + ")";
+  return best;
+}
+
+void head::route_task(const std::shared_ptr<connection>& driver, std::string_view body, std::vector<outgoing>& out) {
+  remote_task t = decode_task(body);  // a malformed task ends the driver's connection
+  routed_task r;
+  r.driver = driver;
+  r.driver_id = t.id;
+  r.name = t.name;
+  r.num_cpus = t.num_cpus;
+  r.num_gpus = t.num_gpus;
+  r.resources = t.resources;
+  r.retries_left = std::max(0, t.max_retries);
+  std::string why;
+  std::shared_ptr<connection> node = place(r, why);
+  if (!node) {
+    const bool never = why.rfind("no node", 0) == 0 || nodes_.empty();
+    out.push_back({driver, frame_type::task_result,
+                   encode_outcome(failed(t.id, never ? kind_usage : kind_node_died,
+                                         never ? "manta::usage_error" : "manta::node_died_error",
+                                         "manta: task '" + t.name + "' cannot run on the cluster: " + why, t.name))});
+    return;
+  }
+  const std::uint64_t id = ++next_task_;
+  r.body = with_id(body, id);
+  r.node = node->node_id;
+  ++running_[r.node];
+  out.push_back({node, frame_type::run_task, r.body});
+  routed_.emplace(id, std::move(r));
+}
+
+void head::route_outcome(connection& from, std::string_view body, std::vector<outgoing>& out) {
+  task_outcome o = decode_outcome(body);  // a malformed outcome ends the node's connection
+  auto it = routed_.find(o.id);
+  // A task of a driver that left, or one sent elsewhere since: nobody waits for it here.
+  if (it == routed_.end() || it->second.node != from.node_id) return;
+  routed_task r = std::move(it->second);
+  routed_.erase(it);
+  --running_[r.node];
+  if (auto driver = r.driver.lock(); driver && !driver->done)
+    out.push_back({driver, frame_type::task_result, with_id(body, r.driver_id)});
+}
+
+void head::lose_member(connection& c, const std::string& why, std::vector<outgoing>& out) {
+  if (c.node_id.empty()) return;  // a tool's request, or a peer that never joined
+  if (c.driver) {
+    // Its tasks run on; their outcomes have nobody to go to.
+    for (auto it = routed_.begin(); it != routed_.end();) {
+      auto d = it->second.driver.lock();
+      if (d && d.get() != &c) {
+        ++it;
+        continue;
+      }
+      --running_[it->second.node];
+      it = routed_.erase(it);
+    }
+    return;
+  }
+  for (auto& n : nodes_)
+    if (n.id == c.node_id && n.alive) {
+      n.alive = false;
+      n.lost_why = why;
+    }
+  running_.erase(c.node_id);
+  for (auto it = routed_.begin(); it != routed_.end();) {
+    routed_task& r = it->second;
+    if (r.node != c.node_id) {
+      ++it;
+      continue;
+    }
+    auto driver = r.driver.lock();
+    if (!driver || driver->done) {
+      it = routed_.erase(it);
+      continue;
+    }
+    std::string elsewhere;
+    std::shared_ptr<connection> next = r.retries_left > 0 ? place(r, elsewhere) : nullptr;
+    if (next) {
+      --r.retries_left;
+      r.node = next->node_id;
+      ++running_[r.node];
+      out.push_back({next, frame_type::run_task, r.body});
+      ++it;
+      continue;
+    }
+    std::string message = "manta: task '" + r.name + "' was lost with " + c.node_id + " (" + why + ")" +
+                          (elsewhere.empty() ? ", past its max_retries" : ", and " + elsewhere);
+    out.push_back({driver, frame_type::task_result,
+                   encode_outcome(failed(r.driver_id, kind_node_died, "manta::node_died_error", std::move(message),
+                                         r.name, c.node_id))});
+    it = routed_.erase(it);
+  }
+  tell_drivers(out);
+}
+
+void head::tell_drivers(std::vector<outgoing>& out) {
+  std::string table;
+  for (auto& c : connections_) {
+    if (!c->driver || c->done) continue;
+    if (table.empty()) table = nodes_json_locked();
+    out.push_back({c, frame_type::cluster_update, table});
   }
 }
 
@@ -309,18 +509,27 @@ std::vector<node_state> head::nodes() const {
 }
 
 std::string head::nodes_json() const {
+  std::lock_guard lock(mu_);
+  return nodes_json_locked();
+}
+
+std::string head::nodes_json_locked() const {
   json rows = json::array();
-  for (const auto& n : nodes()) {
+  for (const auto& n : nodes_) {
+    auto running = running_.find(n.id);
     json r = {{"id", n.id},
               {"address", n.address},
               {"host", n.info.host},
               {"pid", n.info.pid},
               {"resources", n.info.resources},
-              {"alive", n.alive}};
+              {"alive", n.alive},
+              {"tasks_running", running == running_.end() ? 0 : running->second}};
     if (!n.alive) r["lost_why"] = n.lost_why;
     rows.push_back(std::move(r));
   }
-  return json{{"nodes", std::move(rows)}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  // Frames to one driver may leave from different threads: the version orders them.
+  return json{{"nodes", std::move(rows)}, {"version", ++table_version_}}.dump(-1, ' ', false,
+                                                                               json::error_handler_t::replace);
 }
 
 void head::stop_cluster() {
@@ -341,8 +550,8 @@ void head::stop_cluster() {
 // ---- a node's link
 
 node_link::node_link(const std::string& address, const std::string& token, node_info info,
-                     std::function<void(const std::string&)> on_end)
-    : on_end_(std::move(on_end)) {
+                     std::function<void(const std::string&)> on_end, std::function<void(frame&&)> on_frame)
+    : on_end_(std::move(on_end)), on_frame_(std::move(on_frame)) {
   auto [host, port] = split_address(address);
   try {
     fd_ = connect_to(host, port, std::chrono::seconds(5));
@@ -352,7 +561,8 @@ node_link::node_link(const std::string& address, const std::string& token, node_
   try {
     authenticate_to_head(fd_, token, in_);
     std::sort(info.functions.begin(), info.functions.end());
-    json j = {{"host", info.host}, {"pid", info.pid}, {"resources", info.resources}, {"functions", info.functions}};
+    json j = {{"host", info.host},           {"pid", info.pid},  {"resources", info.resources},
+              {"functions", info.functions}, {"role", info.role}};
     auto until = io_clock::now() + std::chrono::seconds(5);
     send_all(fd_, encode(frame_type::join, j.dump()), until);
     frame f;
@@ -385,6 +595,11 @@ node_link::~node_link() {
   ::close(wake_fd_);
 }
 
+void node_link::send(frame_type type, std::string_view body) {
+  std::lock_guard lock(send_mu_);
+  send_all(fd_, encode(type, body), io_clock::now() + send_limit);
+}
+
 void node_link::run() {
   std::string why;
   try {
@@ -394,7 +609,7 @@ void node_link::run() {
     auto next_beat = io_clock::now();
     for (;;) {
       if (io_clock::now() >= next_beat) {
-        send_all(fd_, encode(frame_type::heartbeat, ""), io_clock::now() + send_limit);
+        send(frame_type::heartbeat, "");
         next_beat = io_clock::now() + heartbeat_every;
       }
       receive_status st = receive(fd_, in, next_beat, f, wake_fd_);
@@ -409,6 +624,7 @@ void node_link::run() {
           why = f.body.empty() ? "the cluster was stopped" : f.body;
           break;
         }
+        if (f.type != frame_type::heartbeat && on_frame_) on_frame_(std::move(f));
       } else if (io_clock::now() - last_heard > lost_after) {
         why = "the head was lost (no heartbeat for " + std::to_string(lost_after.count()) + " ms)";
         break;

@@ -1,11 +1,16 @@
-// bridge/membership.hpp: who is in the cluster. The head keeps the node table:
-// each node connects, proves the token (bridge/auth), says who it is (its host,
-// pid, resources and the names its binary registered) and then sends a
-// heartbeat every half second, which the head answers. A node whose connection
-// ends, or that stays silent for `lost_after` (3 s), is lost; a node whose
-// registry differs from the first node's is refused, the first difference
-// named. A tool connection asks for the table or stops the cluster: every node
-// is told to stop. The node side sees the head lost the same way.
+// bridge/membership.hpp: who is in the cluster, and the global scheduler. The
+// head keeps the node table: each node connects, proves the token
+// (bridge/auth), says who it is (its host, pid, resources and the names its
+// binary registered) and then sends a heartbeat every half second, which the
+// head answers. A node whose connection ends, or that stays silent for
+// `lost_after` (3 s), is lost; a member whose registry differs from the first
+// one's is refused, the first difference named. Drivers join the same way
+// (role "driver"): they are sent the node table whenever it changes, and send
+// the head tasks their own node cannot run, which the head places on a node
+// (by resources, then load), forwards, and whose outcome it routes back; a
+// task on a node that is lost goes to another within its max_retries, or fails
+// with node_died. A tool connection asks for the table or stops the cluster:
+// every member is told to stop. Members see the head lost the same way.
 #pragma once
 
 #include <atomic>
@@ -36,6 +41,7 @@ struct node_info {
   int pid = 0;
   std::map<std::string, double> resources;
   std::vector<std::string> functions;  ///< the names its binary registered, sorted
+  std::string role = "node";           ///< "node" (runs tasks) or "driver" (sends them)
 };
 
 /// A row of the head's node table.
@@ -81,9 +87,40 @@ class head {
 
  private:
   struct connection;
+  /// A frame to send once the head's mutex is released.
+  struct outgoing {
+    std::shared_ptr<connection> to;
+    frame_type type;
+    std::string body;
+  };
+  /// A task the head forwarded to a node, until its outcome is routed back.
+  struct routed_task {
+    std::weak_ptr<connection> driver;
+    std::uint64_t driver_id = 0;  ///< the driver's number for it
+    std::string node;             ///< where it runs
+    std::string body;             ///< as the node was sent it (to send it again)
+    std::string name;
+    double num_cpus = 1, num_gpus = 0;
+    std::map<std::string, double> resources;
+    int retries_left = 0;  ///< on the loss of its node
+  };
+
   void accept_loop();
   void serve(std::shared_ptr<connection> c);
   void watch_heartbeats();
+  void send_all_of(std::vector<outgoing>& out);
+  /// Marks `c`'s member lost (under mu_): its tasks go elsewhere or fail, drivers hear of it.
+  void lose_member(connection& c, const std::string& why, std::vector<outgoing>& out);
+  /// Places `t` on the least loaded alive node that has what it needs (under mu_);
+  /// empty with `why` set if none can run it.
+  std::shared_ptr<connection> place(const routed_task& t, std::string& why);
+  /// A driver sent a task (under mu_): forwarded, or its failure sent back.
+  void route_task(const std::shared_ptr<connection>& driver, std::string_view body, std::vector<outgoing>& out);
+  /// A node sent an outcome (under mu_): routed to the task's driver.
+  void route_outcome(connection& from, std::string_view body, std::vector<outgoing>& out);
+  /// The node table for every driver (under mu_).
+  void tell_drivers(std::vector<outgoing>& out);
+  std::string nodes_json_locked() const;
   /// Empty if `functions` matches the reference registry (the first node's), else the first difference.
   std::string registry_difference(const std::vector<std::string>& functions);
 
@@ -95,36 +132,49 @@ class head {
   mutable std::mutex mu_;  // nodes_, connections_, reference_
   std::vector<node_state> nodes_;
   std::vector<std::shared_ptr<connection>> connections_;
-  std::vector<std::string> reference_;  ///< the first node's registry
+  std::vector<std::string> reference_;  ///< the first member's registry
   bool have_reference_ = false;
-  int next_node_ = 0;
+  int next_node_ = 0, next_driver_ = 0;
+  std::map<std::uint64_t, routed_task> routed_;  ///< by the head's number
+  std::map<std::string, int> running_;           ///< tasks forwarded to each node, not back yet
+  std::uint64_t next_task_ = 0;
+  mutable std::uint64_t table_version_ = 0;
   std::thread acceptor_, watcher_;
 };
 
-/// A node's membership: joined in the constructor, heartbeats on a thread of its own.
+/// A member's link to the head (a node's, or a driver's): joined in the
+/// constructor, heartbeats on a thread of its own.
 class node_link {
  public:
   /// Connects to `address` (HOST:PORT), proves `token`, joins as `info`.
   /// @param on_end  called once, on the link's thread, when the cluster stops
   ///                or the head is lost, with why; it may destroy the link, and
   ///                may run while another thread's destructor waits for it
+  /// @param on_frame  called on the link's thread with every frame that is not
+  ///                  membership's own (tasks, outcomes, the node table); it
+  ///                  must not block. An exception from it ends the link.
   /// @throws join_error saying why it could not join
   node_link(const std::string& address, const std::string& token, node_info info,
-            std::function<void(const std::string& why)> on_end);
+            std::function<void(const std::string& why)> on_end,
+            std::function<void(frame&&)> on_frame = {});
   ~node_link();
   node_link(const node_link&) = delete;
   node_link& operator=(const node_link&) = delete;
 
   const std::string& node_id() const noexcept { return id_; }
+  /// Sends a frame to the head (any thread). @throws io_error if the link is down.
+  void send(frame_type type, std::string_view body);
 
  private:
   void run();
 
   int fd_ = -1;
+  std::mutex send_mu_;  ///< the link's thread (heartbeats) and senders
   int wake_fd_ = -1;
   frame_decoder in_;  ///< the connection's, from the handshake on
   std::string id_;
   std::function<void(const std::string&)> on_end_;
+  std::function<void(frame&&)> on_frame_;
   std::thread thread_;
 };
 
@@ -132,6 +182,11 @@ class node_link {
 /// JSON) or "stop" (stop the cluster; answers "{}").
 /// @throws join_error if the head cannot be reached or refuses the token
 std::string ask_head(const std::string& address, const std::string& token, const std::string& request);
+
+/// Why a node with the totals `has` cannot run a task asking for this much (the
+/// first resource short, and by how much), or empty if it can.
+std::string lacking(const std::map<std::string, double>& has, double cpus, double gpus,
+                    const std::map<std::string, double>& custom);
 
 /// Splits "HOST:PORT" ("[v6]:PORT" too). @throws join_error if malformed.
 std::pair<std::string, unsigned short> split_address(const std::string& address);

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <openssl/rand.h>
@@ -75,6 +76,11 @@ std::string read_token_file(const std::string& path) {
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) token.pop_back();
   if (token.size() < 16) fail(path, "holds no token (at least 16 characters)");
   return token;
+}
+
+std::string default_token_file(const std::string& log_dir) {
+  if (const char* env = std::getenv("MANTA_TOKEN_FILE"); env && *env) return env;
+  return log_dir + "/cluster.token";
 }
 
 }  // namespace manta::bridge

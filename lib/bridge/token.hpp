@@ -26,4 +26,8 @@ std::string make_token_file(const std::string& path);
 /// regular file of this user, may be read by others, or holds no token.
 std::string read_token_file(const std::string& path);
 
+/// Where a member finds the token when no file is named: MANTA_TOKEN_FILE, else
+/// `<log_dir>/cluster.token`.
+std::string default_token_file(const std::string& log_dir);
+
 }  // namespace manta::bridge

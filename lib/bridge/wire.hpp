@@ -29,6 +29,9 @@ enum class frame_type : std::uint16_t {
   status_request = 9,   ///< tool -> head
   status_reply = 10,    ///< head -> tool: the node table (JSON)
   stop_request = 11,    ///< tool -> head: stop the cluster
+  run_task = 12,        ///< driver -> head -> node: a task to run (bridge/task_wire)
+  task_result = 13,     ///< node -> head -> driver: its outcome (bridge/task_wire)
+  cluster_update = 14,  ///< head -> driver: the node table (JSON), whenever it changes
 };
 
 /// A malformed or oversized frame: the connection it came on is closed.

@@ -286,6 +286,8 @@ std::vector<node_info> nodes() {
   process::process_context& c = process::require_context("nodes");
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "localhost");
-  return {node_info{node_id(), host, c.resources(false), true}};
+  std::vector<node_info> all{node_info{node_id(), host, c.resources(false), true}};
+  for (auto& n : c.cluster_nodes()) all.push_back(std::move(n));
+  return all;
 }
 }  // namespace manta

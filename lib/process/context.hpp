@@ -11,6 +11,7 @@
 
 #include <manta/detail/core.hpp>
 #include <manta/detail/task_request.hpp>
+#include <manta/nodes.hpp>
 
 namespace manta::process {
 
@@ -41,6 +42,8 @@ class process_context {
   virtual std::size_t worker_count() const noexcept = 0;
   virtual std::uint32_t epoch() const noexcept = 0;
   virtual bool is_worker() const noexcept = 0;
+  /// The other nodes of the cluster this runtime drives (none on a single node).
+  virtual std::vector<node_info> cluster_nodes() { return {}; }
 };
 
 /// A fresh runtime epoch: random and never 0 (0 means "no runtime").

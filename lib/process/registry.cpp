@@ -2,6 +2,7 @@
 // and by id, the hash of the name (for running them in any process of the binary).
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -121,6 +122,17 @@ const function_info& function_for(erased_fn fn) {
   if (name.empty()) name = "at " + std::to_string(reinterpret_cast<std::uintptr_t>(fn));
   else name = "'" + name + "'";
   throw usage_error("manta: function " + name + " is not registered; add MANTA_REMOTE(<name>) at namespace scope");
+}
+
+std::vector<std::string> registered_names() {
+  registry& r = table();
+  std::vector<std::string> names;
+  {
+    std::lock_guard lock(r.mu);
+    for (const auto& [id, info] : r.by_id) names.push_back(info->name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 const function_info* function_by_id(std::uint64_t id) {

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -11,9 +12,12 @@
 #include <manta/errors.hpp>
 #include <manta/runtime.hpp>
 
+#include "bridge/token.hpp"
 #include "ipc/owned_fds.hpp"
+#include "observe/control_socket.hpp"
 #include "runtime/introspect.hpp"
 #include "runtime/local_runtime.hpp"
+#include "runtime/cluster.hpp"
 #include "runtime/node_runtime.hpp"
 
 namespace manta {
@@ -79,36 +83,105 @@ void after_fork_in_child() {
 }
 }  // namespace
 
+namespace {
+/// What the environment makes of this process: a node of a cluster
+/// (MANTA_NODE), its driver (options.address, or MANTA_ADDRESS), or neither.
+struct cluster_role {
+  std::string serve;  ///< MANTA_NODE: the head to serve
+  std::string drive;  ///< the head to send tasks to
+};
+
+cluster_role role_of(const options& opts) {
+  cluster_role r;
+  if (const char* v = std::getenv("MANTA_NODE"); v && *v) r.serve = v;
+  if (!opts.address.empty()) r.drive = opts.address;
+  else if (const char* v = std::getenv("MANTA_ADDRESS"); v && *v) r.drive = v;
+  if (!r.serve.empty()) r.drive.clear();  // a node takes tasks; it does not drive
+  return r;
+}
+
+/// The token a member proves: options.log_dir's (or MANTA_TOKEN_FILE).
+std::string cluster_token(const options& opts) {
+  const std::string dir = opts.log_dir.empty() ? std::string(observe::default_log_dir) : opts.log_dir;
+  try {
+    return bridge::read_token_file(bridge::default_token_file(dir));
+  } catch (const bridge::token_error& e) {
+    throw usage_error(std::string("manta: joining a cluster needs its token: ") + e.what());
+  }
+}
+
+/// Ends `node` (init could not finish).
+void discard(runtime::node_runtime* n) {
+  n->begin_stop();
+  {
+    process::exclusive_context_scope exclusive;
+    n->finish_stop();
+    process::set_current_context(nullptr);
+  }
+  delete n;
+}
+}  // namespace
+
 void init(const options& opts) {
   // Workers are forked while init holds lifecycle_mu: they must never take it.
   if (in_worker()) throw usage_error("manta::init called inside a task (or a process a task forked)");
   static bool fork_handlers = (::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child), true);
   (void)fork_handlers;
-  lifecycle_lock lock;
-  if (process::current_context()) {
-    if (opts.ignore_reinit) return;
-    throw usage_error("manta::init called twice; shut down first or set options.ignore_reinit");
+  const cluster_role role = role_of(opts);
+  runtime::node_runtime* serving = nullptr;
+  std::string token;
+  {
+    lifecycle_lock lock;
+    if (process::current_context()) {
+      if (opts.ignore_reinit) return;
+      throw usage_error("manta::init called twice; shut down first or set options.ignore_reinit");
+    }
+    if (opts.num_workers < 0) throw usage_error("manta: options.num_workers must be >= 0");
+    if (!(opts.memory_threshold >= 0 && opts.memory_threshold <= 1))
+      throw usage_error("manta: options.memory_threshold must be a fraction in [0, 1] (0: off), not " +
+                        std::to_string(opts.memory_threshold));
+    if (opts.worker_setup) detail::function_for(opts.worker_setup);  // registered, or usage_error
+    if ((!role.serve.empty() || !role.drive.empty()) && opts.local_mode)
+      throw usage_error("manta: options.local_mode runs everything in this process; it cannot join a cluster");
+    if (!role.serve.empty() || !role.drive.empty()) token = cluster_token(opts);
+    const char* progress_env = std::getenv("MANTA_PROGRESS");
+    detail::set_progress(opts.progress || (progress_env && std::strcmp(progress_env, "1") == 0));
+    if (opts.local_mode) {
+      local = new runtime::local_runtime(opts);
+      process::set_current_context(local);
+    } else {
+      node = new runtime::node_runtime(opts);
+      process::set_current_context(node);
+      if (!role.drive.empty()) {
+        try {
+          node->join_cluster(role.drive, token);
+        } catch (const std::exception& e) {
+          discard(std::exchange(node, nullptr));
+          throw error("manta: could not join the cluster at " + role.drive + ": " + e.what());
+        }
+      }
+    }
+    owner = ::getpid();
+    static bool at_exit = (std::atexit([] { shutdown(); }), true);
+    (void)at_exit;
+    serving = role.serve.empty() ? nullptr : node;
   }
-  if (!opts.address.empty())
-    throw usage_error("manta: options.address (joining a cluster) needs the TCP bridge, "
-                      "which this build does not include");
-  if (opts.num_workers < 0) throw usage_error("manta: options.num_workers must be >= 0");
-  if (!(opts.memory_threshold >= 0 && opts.memory_threshold <= 1))
-    throw usage_error("manta: options.memory_threshold must be a fraction in [0, 1] (0: off), not " +
-                      std::to_string(opts.memory_threshold));
-  if (opts.worker_setup) detail::function_for(opts.worker_setup);  // registered, or usage_error
-  const char* progress_env = std::getenv("MANTA_PROGRESS");
-  detail::set_progress(opts.progress || (progress_env && std::strcmp(progress_env, "1") == 0));
-  if (opts.local_mode) {
-    local = new runtime::local_runtime(opts);
-    process::set_current_context(local);
-  } else {
-    node = new runtime::node_runtime(opts);
-    process::set_current_context(node);
+  if (!serving) return;
+  // A node of a cluster: it serves until the cluster stops or its head is lost,
+  // and never returns to main.
+  int status = 0;
+  try {
+    std::string why = runtime::serve_as_node(*serving, role.serve, token);
+    if (!why.empty()) {
+      std::fprintf(stderr, "manta: this node ends: %s\n", why.c_str());
+      status = 3;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "manta: could not serve the cluster at %s: %s\n", role.serve.c_str(), e.what());
+    status = 2;
   }
-  owner = ::getpid();
-  static bool at_exit = (std::atexit([] { shutdown(); }), true);
-  (void)at_exit;
+  shutdown();
+  std::exit(status);
 }
 
 void shutdown() {

@@ -20,6 +20,7 @@
 #include <manta/errors.hpp>
 
 #include "ipc/futex.hpp"
+#include "process/args_blob.hpp"
 #include "observe/log.hpp"
 #include "ipc/owned_fds.hpp"
 
@@ -256,6 +257,7 @@ void node_runtime::begin_stop() {
     dir_->wake_all();
     std::this_thread::yield();
   }
+  cluster_.reset();  // leaves the cluster: nothing more comes back from it
 }
 
 void node_runtime::finish_stop() {
@@ -324,6 +326,87 @@ void node_runtime::watch_writable(worker_link& w, bool on) {
                  {.u64 = (std::uint64_t{4} << 32) | static_cast<std::uint32_t>(w.slot)}};
   if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, w.out_fd, &ev) != 0 && errno == ENOENT)
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, w.out_fd, &ev);
+}
+
+// ---- the cluster
+
+void node_runtime::join_cluster(const std::string& address, const std::string& token) {
+  auto totals = resources(false);
+  cluster_ = std::make_unique<cluster_driver>(*this, address, token, std::move(totals));
+}
+
+std::vector<manta::node_info> node_runtime::cluster_nodes() {
+  return cluster_ ? cluster_->nodes() : std::vector<manta::node_info>{};
+}
+
+std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
+  auto refuse = [&](ipc::error_kind kind, const char* type, std::string message) {
+    return ipc::error_info{kind, type, std::move(message), t.name(), {}, 0, 0, {}};
+  };
+  bridge::remote_task out;
+  out.id = t.key;
+  out.function = t.fn->id;
+  out.name = t.name();
+  out.mode = static_cast<std::uint8_t>(t.mode);
+  out.num_returns = t.num_returns;
+  out.arg_count = t.arg_count;
+  out.num_cpus = t.options.num_cpus;
+  out.num_gpus = t.options.num_gpus;
+  out.resources = t.options.resources;
+  out.memory = t.options.memory;
+  out.max_retries = t.options.max_retries;
+  out.retry_exceptions = t.options.retry_exceptions;
+  out.timeout_ns = t.options.timeout_ns;
+  out.max_calls = t.options.max_calls;
+  // Every argument as a value: the node that runs it has none of this node's objects.
+  const std::size_t limit = bridge::max_frame_body - (64u << 10);
+  try {
+    process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
+      if (a.kind == process::arg_kind::value) {
+        process::append_arg_header(out.args, a.kind, a.tag, a.size_or_index);
+        out.args.append(a.bytes, a.size_or_index);
+        return;
+      }
+      object_entry* e = t.deps[a.size_or_index];
+      if (out.args.size() + e->size > limit) return;  // refused below
+      store_->pin(e);  // back from the spill file, if it is there
+      process::append_arg_header(out.args, process::arg_kind::value, e->type_tag, static_cast<std::uint32_t>(e->size));
+      out.args.append(reinterpret_cast<const char*>(e->data()), e->size);
+      store_->unpin(e);
+    });
+  } catch (const std::exception&) {
+    return ipc::error_from_exception(std::current_exception(), t.name(), pid_);
+  }
+  std::size_t total = t.args.size();
+  for (auto* e : t.deps) total += e->size;
+  if (total > limit)
+    return refuse(ipc::error_kind::usage, "manta::usage_error",
+                  "manta: task '" + t.name() + "' has " + std::to_string(total) + " bytes of arguments, over the " +
+                      std::to_string(limit >> 20) + " MiB a task may carry to another node");
+  if (!cluster_->send(std::move(out)))
+    return refuse(ipc::error_kind::node_died, "manta::node_died_error",
+                  "manta: task '" + t.name() + "' needs another node, and the cluster is gone (" + cluster_->lost() +
+                      ")");
+  return std::nullopt;
+}
+
+void node_runtime::remote_finished(bridge::task_outcome&& o) {
+  std::vector<ipc::value_location> values;
+  for (const auto& v : o.values)
+    values.push_back({v.tag, v.bytes.size(), ipc::no_offset, reinterpret_cast<const std::byte*>(v.bytes.data())});
+  ipc::error_info error;
+  if (!o.ok) error = from_remote(o.error);
+  scheduler_lock lock(*this);
+  sched_->remote_done(o.id, values, o.ok ? nullptr : &error);
+  sched_->flush_dirty();  // what its results let go, or told waiting workers
+}
+
+void node_runtime::cluster_lost(const std::string& why) {
+  MANTA_WARN << "the cluster is gone: " << why;
+  scheduler_lock lock(*this);
+  sched_->fail_remote({ipc::error_kind::node_died, "manta::node_died_error", "the cluster is gone (" + why + ")", {},
+                       {}, 0, 0, {}});
+  sched_->flush_dirty();
 }
 
 // ---- objects
@@ -510,8 +593,18 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   t->options = std::move(r.options);
   if (timeline_.on()) t->submitted_ns = observe::now_ns();
   // Admission reads the ledger's totals, which never change: no lock (submitters
-  // never wait on the scheduler's mutex).
-  if (auto why = sched_->admit(*t)) throw usage_error(*why);
+  // never wait on the scheduler's mutex). What this node cannot run may go to
+  // another node of the cluster, arguments resolved to values.
+  if (auto why = sched_->admit(*t)) {
+    const bool forwardable = t->mode == detail::call_mode::call || t->mode == detail::call_mode::map ||
+                             t->mode == detail::call_mode::starmap;
+    if (!cluster_ || !forwardable) throw usage_error(*why);
+    if (!r.contained.empty())
+      throw usage_error(*why + "; another node of the cluster might, but object_refs inside its arguments "
+                               "cannot travel between nodes yet");
+    if (std::string lack = cluster_->lacking(t->options); !lack.empty()) throw usage_error(*why + "; and " + lack);
+    t->remote = true;
+  }
   std::vector<object_entry*> contained;
   try {
     for (const auto& id : r.contained) contained.push_back(static_cast<object_entry*>(ref_from_id(id)));

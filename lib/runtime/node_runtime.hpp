@@ -34,6 +34,7 @@
 #include "observe/timeline.hpp"
 #include "process/context.hpp"
 #include "process/control.hpp"
+#include "runtime/cluster.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/memory_monitor.hpp"
 #include "runtime/object_store.hpp"
@@ -87,6 +88,16 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// Where the tools reach this runtime (empty if it could not listen).
   const std::string& address() const { return socket_; }
 
+  // ---- the cluster (runtime/cluster.hpp)
+  /// Joins the cluster at `address` as its driver (init, once constructed).
+  /// @throws bridge::join_error saying why it could not
+  void join_cluster(const std::string& address, const std::string& token);
+  /// A remote task's outcome, from the cluster link's thread.
+  void remote_finished(bridge::task_outcome&& o);
+  /// The cluster is gone: every remote task in flight fails with node_died_error.
+  void cluster_lost(const std::string& why);
+  std::vector<manta::node_info> cluster_nodes() override;
+
  private:
   /// Holds mu_; on release, takes in the submissions queued meanwhile.
   class scheduler_lock {
@@ -121,6 +132,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void kill(pid_t pid) override;
   void watch_writable(worker_link& w, bool on) override;
   void wake() override { wake_io(); }
+  std::optional<ipc::error_info> send_remote(task_spec& t) override;
 
   // node_runtime.cpp: objects and submissions
   object_entry* checked(detail::ref_node* n);
@@ -187,6 +199,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::unique_ptr<scheduler> sched_;  ///< guarded by mu_
   std::unique_ptr<memory_monitor> monitor_;  ///< options.memory_threshold; made last, stopped first
   std::unique_ptr<observe::control_server> address_;  ///< the tools' socket; stopped before the rest
+  /// The cluster this runtime drives, if it joined one (set once, before any submission).
+  std::unique_ptr<cluster_driver> cluster_;
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> lost_{false};  ///< the node lost its zygote: nothing can run any more

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include <manta/errors.hpp>
@@ -72,6 +73,68 @@ void scheduler::register_task(task_spec* t) {
     enqueue(t);
     dispatch();
   }
+}
+
+void scheduler::enqueue(task_spec* t) {
+  if (!t->remote) {
+    graph_.enter(t, graph_.ready());
+    return;
+  }
+  if (auto why = host_.send_remote(*t)) {
+    fail_task(t, std::move(*why));
+    return;
+  }
+  graph_.enter(t, remote_);
+}
+
+void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_location> values,
+                            const ipc::error_info* error) {
+  task_spec* t = graph_.find(key);
+  if (!t || t->in_lane != &remote_) return;  // cancelled (or failed) meanwhile
+  if (error) {
+    fail_task(t, *error);
+  } else if (values.size() != t->returns.size()) {
+    fail_task(t, ipc::error_info{ipc::error_kind::usage, "manta::usage_error",
+                                 "manta: task '" + t->name() + "' came back from the cluster with " +
+                                     std::to_string(values.size()) + " results, not " +
+                                     std::to_string(t->returns.size()),
+                                 t->name(), {}, 0, 0, {}});
+  } else {
+    // Room for the large results first: if the arena is full, the task fails whole.
+    std::vector<ipc::value_location> at(values.begin(), values.end());
+    std::size_t placed = 0;
+    try {
+      for (; placed < at.size(); ++placed) {
+        if (at[placed].size <= detail::max_inline_bytes) continue;
+        at[placed].offset = store_.allocate(at[placed].size);
+        std::memcpy(store_.base() + at[placed].offset, at[placed].inline_data, at[placed].size);
+      }
+    } catch (const std::exception& e) {
+      for (std::size_t i = 0; i < placed; ++i)
+        if (at[i].offset != ipc::no_offset) store_.deallocate(at[i].offset);
+      fail_task(t, ipc::error_from_exception(std::current_exception(), t->name(), 0));
+      dispatch();
+      return;
+    }
+    for (std::size_t i = 0; i < at.size(); ++i) {
+      t->returns[i]->made_by = t->fn;
+      seal(t->returns[i], at[i], {}, nullptr);
+    }
+    tasks_finished_.fetch_add(1, std::memory_order_relaxed);
+    finish_task(t);
+  }
+  dispatch();
+}
+
+void scheduler::fail_remote(const ipc::error_info& why) {
+  while (!remote_.empty()) {
+    task_spec* t = remote_.front();
+    ipc::error_info e = why;
+    e.function = t->name();
+    e.message = "manta: task '" + t->name() + "' was sent to the cluster, and " + why.message;
+    fail_task(t, std::move(e));  // takes it out of remote_
+  }
+  dispatch();
 }
 
 void scheduler::dispatch() {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <queue>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -79,6 +80,9 @@ class scheduler_host {
   /// Wake the I/O thread: an actor's last handle went on some thread (retire it
   /// there), or a task timeout falls due before any it knew of.
   virtual void wake() = 0;
+  /// Send `t` (task_spec::remote, its arguments sealed) to the cluster; its
+  /// outcome comes back through scheduler::remote_done. A failure if it cannot go.
+  virtual std::optional<ipc::error_info> send_remote(task_spec& t) = 0;
 
  protected:
   ~scheduler_host() = default;
@@ -116,6 +120,12 @@ class scheduler {
   void cancel(object_entry* e);
   /// Sends ready tasks to workers (and starts actors that now fit).
   void dispatch();
+  /// A remote task's outcome: its results (`values`, one per return; inline
+  /// data, copied into the arena when large) or its failure. A task cancelled
+  /// meanwhile is not there any more: nothing happens.
+  void remote_done(std::uint64_t key, std::span<const ipc::value_location> values, const ipc::error_info* error);
+  /// The cluster is gone: every remote task sent and not answered fails with `why`.
+  void fail_remote(const ipc::error_info& why);
   /// When the earliest task timeout falls due (time_point::max() if none).
   /// Lock-free: the I/O thread reads it to know how long it may sleep.
   std::chrono::steady_clock::time_point next_timeout() const noexcept {
@@ -203,7 +213,8 @@ class scheduler {
   void record(const worker_link& w, const task_spec& t, const ipc::task_done& m);
   // scheduler.cpp: tasks
   void register_task(task_spec* t);
-  void enqueue(task_spec* t) { graph_.enter(t, graph_.ready()); }
+  /// `t`'s arguments are sealed: into the ready queue, or off to the cluster.
+  void enqueue(task_spec* t);
   void send_task(worker_link& w, task_spec& t);
   std::optional<std::string> pin_inputs(task_spec& t);
   void unpin_inputs(task_spec& t);
@@ -274,6 +285,7 @@ class scheduler {
   object_store& store_;
   resource_ledger ledger_;
   scheduler_host& host_;
+  lane remote_;  ///< remote tasks sent to the cluster, not answered yet (outlives graph_)
   task_graph graph_;
   placement place_;
   std::vector<std::unique_ptr<worker_link>> links_;

@@ -1,0 +1,160 @@
+// bridge/task_wire.cpp: tasks and outcomes as frame bodies:
+// [8-byte id][4-byte header length][JSON header][raw bytes].
+#include "bridge/task_wire.hpp"
+
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "bridge/wire.hpp"
+
+namespace manta::bridge {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr std::size_t prefix = sizeof(std::uint64_t) + sizeof(std::uint32_t);
+
+std::string assemble(std::uint64_t id, const json& header, std::string_view payload) {
+  const std::string h = header.dump(-1, ' ', false, json::error_handler_t::replace);
+  const auto hlen = static_cast<std::uint32_t>(h.size());
+  std::string body(prefix, '\0');
+  std::memcpy(body.data(), &id, sizeof id);
+  std::memcpy(body.data() + sizeof id, &hlen, sizeof hlen);
+  body += h;
+  body += payload;
+  return body;
+}
+
+struct parts {
+  std::uint64_t id;
+  json header;
+  std::string_view payload;
+};
+
+parts split(std::string_view body) {
+  if (body.size() < prefix) throw wire_error("manta bridge: a task frame shorter than its prefix");
+  parts p{};
+  std::uint32_t hlen = 0;
+  std::memcpy(&p.id, body.data(), sizeof p.id);
+  std::memcpy(&hlen, body.data() + sizeof p.id, sizeof hlen);
+  if (hlen > body.size() - prefix) throw wire_error("manta bridge: a task frame's header runs past its end");
+  try {
+    p.header = json::parse(body.substr(prefix, hlen));
+  } catch (const json::exception& e) {
+    throw wire_error(std::string("manta bridge: a task frame's header is not JSON: ") + e.what());
+  }
+  if (!p.header.is_object()) throw wire_error("manta bridge: a task frame's header is not an object");
+  p.payload = body.substr(prefix + hlen);
+  return p;
+}
+
+}  // namespace
+
+std::string encode_task(const remote_task& t) {
+  json h = {{"function", t.function},   {"name", t.name},
+            {"mode", t.mode},           {"num_returns", t.num_returns},
+            {"arg_count", t.arg_count}, {"num_cpus", t.num_cpus},
+            {"num_gpus", t.num_gpus},   {"resources", t.resources},
+            {"memory", t.memory},       {"max_retries", t.max_retries},
+            {"retry_exceptions", t.retry_exceptions}, {"timeout_ns", t.timeout_ns},
+            {"max_calls", t.max_calls}};
+  return assemble(t.id, h, t.args);
+}
+
+remote_task decode_task(std::string_view body) {
+  parts p = split(body);
+  remote_task t;
+  t.id = p.id;
+  try {
+    const json& h = p.header;
+    t.function = h.at("function").get<std::uint64_t>();
+    t.name = h.at("name").get<std::string>();
+    t.mode = h.at("mode").get<std::uint8_t>();
+    t.num_returns = h.at("num_returns").get<std::uint16_t>();
+    t.arg_count = h.at("arg_count").get<std::uint16_t>();
+    t.num_cpus = h.at("num_cpus").get<double>();
+    t.num_gpus = h.at("num_gpus").get<double>();
+    t.resources = h.at("resources").get<std::map<std::string, double>>();
+    t.memory = h.at("memory").get<std::uint64_t>();
+    t.max_retries = h.at("max_retries").get<int>();
+    t.retry_exceptions = h.at("retry_exceptions").get<bool>();
+    t.timeout_ns = h.at("timeout_ns").get<std::uint64_t>();
+    t.max_calls = h.at("max_calls").get<int>();
+  } catch (const json::exception& e) {
+    throw wire_error(std::string("manta bridge: a malformed task: ") + e.what());
+  }
+  if (t.num_returns == 0) throw wire_error("manta bridge: a task with no result");
+  t.args.assign(p.payload);
+  return t;
+}
+
+std::string encode_outcome(const task_outcome& o) {
+  json h = {{"ok", o.ok}, {"node", o.node}};
+  std::string payload;
+  if (o.ok) {
+    json values = json::array();
+    for (const auto& v : o.values) {
+      values.push_back({{"tag", v.tag}, {"size", v.bytes.size()}});
+      payload += v.bytes;
+    }
+    h["values"] = std::move(values);
+  } else {
+    const remote_error& e = o.error;
+    h["error"] = {{"kind", e.kind},   {"remote_type", e.remote_type}, {"message", e.message},
+                  {"function", e.function}, {"chain", e.chain},   {"stack", e.stack},
+                  {"pid", e.pid},     {"signal", e.signal}};
+  }
+  return assemble(o.id, h, payload);
+}
+
+task_outcome decode_outcome(std::string_view body) {
+  parts p = split(body);
+  task_outcome o;
+  o.id = p.id;
+  try {
+    const json& h = p.header;
+    o.ok = h.at("ok").get<bool>();
+    o.node = h.at("node").get<std::string>();
+    if (o.ok) {
+      std::size_t at = 0;
+      for (const auto& v : h.at("values")) {
+        const auto size = v.at("size").get<std::uint64_t>();
+        if (size > p.payload.size() - at) throw wire_error("manta bridge: an outcome's values run past its end");
+        o.values.push_back({v.at("tag").get<std::uint64_t>(), std::string(p.payload.substr(at, size))});
+        at += size;
+      }
+      if (at != p.payload.size()) throw wire_error("manta bridge: an outcome with bytes past its values");
+    } else {
+      const json& e = h.at("error");
+      o.error.kind = e.at("kind").get<std::uint8_t>();
+      o.error.remote_type = e.at("remote_type").get<std::string>();
+      o.error.message = e.at("message").get<std::string>();
+      o.error.function = e.at("function").get<std::string>();
+      o.error.chain = e.at("chain").get<std::string>();
+      o.error.stack = e.at("stack").get<std::string>();
+      o.error.pid = e.at("pid").get<std::int32_t>();
+      o.error.signal = e.at("signal").get<std::int32_t>();
+    }
+  } catch (const json::exception& e) {
+    throw wire_error(std::string("manta bridge: a malformed outcome: ") + e.what());
+  }
+  return o;
+}
+
+std::uint64_t peek_id(std::string_view body) {
+  if (body.size() < sizeof(std::uint64_t)) throw wire_error("manta bridge: a task frame without its number");
+  std::uint64_t id;
+  std::memcpy(&id, body.data(), sizeof id);
+  return id;
+}
+
+std::string with_id(std::string_view body, std::uint64_t id) {
+  if (body.size() < sizeof id) throw wire_error("manta bridge: a task frame without its number");
+  std::string out(body);
+  std::memcpy(out.data(), &id, sizeof id);
+  return out;
+}
+
+}  // namespace manta::bridge

@@ -1,0 +1,68 @@
+// bridge/task_wire.hpp: a task as it travels between the nodes of a cluster
+// (driver -> head -> node) and its outcome on the way back. Every argument
+// travels as a value (the sender resolved its refs), so the node that runs the
+// task needs nothing else from the sender. A body is a 4-byte header length,
+// a JSON header, and the raw bytes (arguments, or result values) after it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace manta::bridge {
+
+struct remote_task {
+  std::uint64_t id = 0;        ///< the sender's number for it (the head renumbers what it forwards)
+  std::uint64_t function = 0;  ///< the registered callable's id (the hash of its name)
+  std::string name;            ///< what errors call it
+  std::uint8_t mode = 0;       ///< detail::call_mode
+  std::uint16_t num_returns = 1;
+  std::uint16_t arg_count = 0;
+  double num_cpus = 1;
+  double num_gpus = 0;
+  std::map<std::string, double> resources;  ///< custom resources
+  std::uint64_t memory = 0;
+  int max_retries = 3;  ///< on a worker's death (on the node), and on the node's loss (by the head)
+  bool retry_exceptions = false;
+  std::uint64_t timeout_ns = 0;
+  int max_calls = 0;
+  std::string args;  ///< the argument blob, values only
+};
+
+/// A failure as it crosses the cluster (ipc::error_info, field for field).
+struct remote_error {
+  std::uint8_t kind = 0;
+  std::string remote_type, message, function, chain, stack;
+  std::int32_t pid = 0;
+  std::int32_t signal = 0;
+};
+
+struct remote_value {
+  std::uint64_t tag = 0;  ///< the stored type
+  std::string bytes;
+};
+
+struct task_outcome {
+  std::uint64_t id = 0;  ///< the task's number, as the receiver knows it
+  bool ok = true;
+  std::vector<remote_value> values;  ///< one per return, when ok
+  remote_error error;                ///< when not ok
+  std::string node;                  ///< the node that ran it (or was to)
+};
+
+std::string encode_task(const remote_task& t);
+/// @throws wire_error if the body is malformed
+remote_task decode_task(std::string_view body);
+std::string encode_outcome(const task_outcome& o);
+/// @throws wire_error if the body is malformed
+task_outcome decode_outcome(std::string_view body);
+
+/// The task's number, read from an encoded task or outcome without decoding
+/// the rest (the head renumbers what it forwards). @throws wire_error
+std::uint64_t peek_id(std::string_view body);
+/// The same body with its number replaced. @throws wire_error
+std::string with_id(std::string_view body, std::uint64_t id);
+
+}  // namespace manta::bridge

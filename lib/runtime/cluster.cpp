@@ -1,0 +1,341 @@
+// runtime/cluster.cpp: a driver's link to the cluster, and a node's service.
+#include "runtime/cluster.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include <manta/errors.hpp>
+#include <manta/registry.hpp>
+
+#include "bridge/wire.hpp"
+#include "process/args_blob.hpp"
+#include "process/context.hpp"
+#include "runtime/directory.hpp"
+#include "runtime/node_runtime.hpp"
+
+namespace manta::runtime {
+
+using nlohmann::json;
+
+namespace {
+
+std::string host_name() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) return "localhost";
+  return host;
+}
+
+bridge::remote_error to_remote(const ipc::error_info& e) {
+  return {static_cast<std::uint8_t>(e.kind), e.remote_type, e.message, e.function, e.chain, e.stack, e.pid, e.signal};
+}
+
+bridge::task_outcome failed_outcome(std::uint64_t id, ipc::error_info e) {
+  bridge::task_outcome o;
+  o.id = id;
+  o.ok = false;
+  o.error = to_remote(e);
+  return o;
+}
+
+ipc::error_info usage(const std::string& message, const std::string& function) {
+  return {ipc::error_kind::usage, "manta::usage_error", message, function, {}, ::getpid(), 0, {}};
+}
+
+}  // namespace
+
+ipc::error_info from_remote(const bridge::remote_error& e) {
+  ipc::error_info out;
+  out.kind = e.kind <= ipc::last_error_kind ? static_cast<ipc::error_kind>(e.kind) : ipc::error_kind::task_exception;
+  out.remote_type = e.remote_type;
+  out.message = e.message;
+  out.function = e.function;
+  out.chain = e.chain;
+  out.stack = e.stack;
+  out.pid = e.pid;
+  out.signal = e.signal;
+  return out;
+}
+
+// ---- the driver's side
+
+cluster_driver::cluster_driver(node_runtime& rt, const std::string& address, const std::string& token,
+                               std::map<std::string, double> resources)
+    : rt_(rt) {
+  bridge::node_info me{host_name(), static_cast<int>(::getpid()), std::move(resources), detail::registered_names(),
+                       "driver"};
+  link_ = std::make_unique<bridge::node_link>(
+      address, token, std::move(me), [this](const std::string& why) { on_end(why); },
+      [this](bridge::frame&& f) { on_frame(std::move(f)); });
+  try {
+    sender_ = std::thread([this] { send_loop(); });
+  } catch (...) {
+    link_.reset();
+    throw;
+  }
+}
+
+cluster_driver::~cluster_driver() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  sender_.join();
+  link_.reset();  // the head sees the connection close and drops this driver's tasks
+}
+
+std::string cluster_driver::lacking(const detail::task_options& o) const {
+  std::lock_guard lock(mu_);
+  if (!lost_.empty()) return "the cluster is gone (" + lost_ + ")";
+  std::string first;
+  for (const auto& n : table_) {
+    std::string lack = bridge::lacking(n.resources, o.num_cpus, o.num_gpus, o.resources);
+    if (lack.empty() && n.alive) return {};
+    if (first.empty()) first = n.id + " has " + (lack.empty() ? "what it needs but was lost" : lack);
+  }
+  return table_.empty() ? "the cluster has no node" : "no node of the cluster can run it (" + first + ")";
+}
+
+bool cluster_driver::send(bridge::remote_task t) {
+  {
+    std::lock_guard lock(mu_);
+    if (!lost_.empty() || stopping_) return false;
+    queue_.push_back(std::move(t));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+std::vector<manta::node_info> cluster_driver::nodes() const {
+  std::lock_guard lock(mu_);
+  return table_;
+}
+
+std::string cluster_driver::lost() const {
+  std::lock_guard lock(mu_);
+  return lost_;
+}
+
+void cluster_driver::send_loop() {
+  for (;;) {
+    bridge::remote_task t;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;
+      t = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    try {
+      link_->send(bridge::frame_type::run_task, bridge::encode_task(t));
+    } catch (const std::exception& e) {
+      // The link is failing: its end (on_end) fails every task sent and unanswered.
+      // This one may never have left, so it fails now.
+      bridge::task_outcome o = failed_outcome(
+          t.id, {ipc::error_kind::node_died, "manta::node_died_error",
+                 "manta: task '" + t.name + "' could not be sent to the cluster: " + e.what(), t.name, {}, 0, 0, {}});
+      rt_.remote_finished(std::move(o));
+    }
+  }
+}
+
+void cluster_driver::on_frame(bridge::frame&& f) {
+  if (f.type == bridge::frame_type::task_result) {
+    rt_.remote_finished(bridge::decode_outcome(f.body));  // malformed: throws, and the link ends
+  } else if (f.type == bridge::frame_type::cluster_update) {
+    std::vector<manta::node_info> table;
+    std::uint64_t version = 0;
+    try {
+      json j = json::parse(f.body);
+      version = j.at("version").get<std::uint64_t>();
+      for (const auto& n : j.at("nodes"))
+        table.push_back({n.at("id").get<std::string>(), n.at("address").get<std::string>(),
+                         n.at("resources").get<std::map<std::string, double>>(), n.at("alive").get<bool>()});
+    } catch (const json::exception& e) {
+      throw bridge::wire_error(std::string("manta: a malformed node table from the head: ") + e.what());
+    }
+    std::lock_guard lock(mu_);
+    if (version > version_) {
+      version_ = version;
+      table_ = std::move(table);
+    }
+  }
+}
+
+void cluster_driver::on_end(const std::string& why) {
+  std::string lost;
+  {
+    std::lock_guard lock(mu_);
+    lost_ = why.empty() ? "the cluster was stopped" : why;
+    lost = lost_;
+    for (auto& n : table_) n.alive = false;
+  }
+  cv_.notify_all();
+  rt_.cluster_lost(lost);
+}
+
+// ---- a node's service
+
+namespace {
+
+/// A task the head sent, running here.
+struct job {
+  std::uint64_t id = 0;
+  std::vector<detail::ref_node*> returns;  ///< counted
+};
+
+/// Submits `t` to this node's runtime. @throws what submission throws
+job start(node_runtime& rt, const bridge::remote_task& t) {
+  const detail::function_info* fn = detail::function_by_id(t.function);
+  if (!fn || fn->kind != detail::callable_kind::function)
+    throw usage_error("manta: '" + t.name + "' is not a function this node's binary registered");
+  if (t.mode > static_cast<std::uint8_t>(detail::call_mode::starmap))
+    throw usage_error("manta: task '" + t.name + "' came with a call mode a node does not run");
+  detail::task_request r;
+  r.function = fn;
+  r.mode = static_cast<detail::call_mode>(t.mode);
+  r.num_returns = t.num_returns;
+  r.options.num_cpus = t.num_cpus;
+  r.options.num_gpus = t.num_gpus;
+  r.options.resources = t.resources;
+  r.options.memory = t.memory;
+  r.options.max_retries = t.max_retries;
+  r.options.retry_exceptions = t.retry_exceptions;
+  r.options.name = t.name == fn->name ? std::string() : t.name;
+  r.options.timeout_ns = t.timeout_ns;
+  r.options.max_calls = t.max_calls;
+  detail::arg_writer writer(r);  // large values go into this node's arena first
+  process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
+    if (a.kind != process::arg_kind::value)
+      throw usage_error("manta: task '" + t.name + "' came with an argument not resolved to a value");
+    detail::encoded_value v;
+    v.type_tag = a.tag;
+    v.borrowed = a.bytes;
+    v.size = a.size_or_index;
+    writer.value(v);
+  });
+  job j{t.id, std::vector<detail::ref_node*>(t.num_returns, nullptr)};
+  rt.submit(std::move(r), j.returns.data());
+  return j;
+}
+
+/// The outcome of a job whose results are all sealed; gives its refs back.
+bridge::task_outcome finish(node_runtime& rt, job& j) {
+  bridge::task_outcome o;
+  o.id = j.id;
+  std::size_t bytes = 0;
+  for (detail::ref_node* n : j.returns) {
+    auto* e = static_cast<object_entry*>(n);
+    if (!o.ok) break;
+    if (e->status() == state_failed) {
+      o = failed_outcome(j.id, e->error->describe());
+    } else if (!e->contained.empty()) {
+      o = failed_outcome(j.id, usage("manta: a result holding object_refs cannot go back to another node yet", ""));
+    } else if ((bytes += e->size) > bridge::max_frame_body - 4096) {
+      o = failed_outcome(j.id, usage("manta: results of " + std::to_string(bytes) + " bytes are over the " +
+                                         std::to_string(bridge::max_frame_body >> 20) +
+                                         " MiB a result may carry between nodes",
+                                     ""));
+    } else {
+      detail::object_data d = rt.fetch(n, detail::no_deadline);  // sealed: returns at once, pinned
+      o.values.push_back({d.type_tag, std::string(reinterpret_cast<const char*>(d.data), d.size)});
+      rt.unpin(n);
+    }
+  }
+  if (!o.ok) o.values.clear();
+  for (auto*& n : j.returns) detail::release(std::exchange(n, nullptr));
+  return o;
+}
+
+}  // namespace
+
+std::string serve_as_node(node_runtime& rt, const std::string& address, const std::string& token) {
+  std::mutex mu;  // jobs, answers, ended, done
+  std::condition_variable cv;
+  std::vector<job> jobs;
+  std::vector<bridge::task_outcome> answers;  ///< tasks that could not even start
+  std::string ended;
+  bool done = false;
+
+  bridge::node_info me{host_name(), static_cast<int>(::getpid()), rt.resources(false), detail::registered_names(),
+                       "node"};
+  bridge::node_link link(
+      address, token, std::move(me),
+      [&](const std::string& why) {
+        std::lock_guard lock(mu);
+        ended = why;
+        done = true;
+        cv.notify_all();
+      },
+      [&](bridge::frame&& f) {
+        if (f.type != bridge::frame_type::run_task) return;
+        bridge::remote_task t = bridge::decode_task(f.body);  // malformed: the link ends
+        process::context_use use;
+        std::optional<job> j;
+        std::optional<bridge::task_outcome> refused;
+        try {
+          j = start(rt, t);
+        } catch (const std::exception& e) {
+          refused = failed_outcome(t.id, ipc::error_from_exception(std::current_exception(), t.name, ::getpid()));
+        }
+        std::lock_guard lock(mu);
+        if (j) jobs.push_back(std::move(*j));
+        if (refused) answers.push_back(std::move(*refused));
+        cv.notify_all();
+      });
+  const std::string me_id = link.node_id();
+  std::fprintf(stderr, "manta: joined the cluster at %s as %s\n", address.c_str(), me_id.c_str());
+
+  std::vector<detail::ref_node*> watch;
+  std::vector<bool> ready;
+  for (;;) {
+    std::vector<job> running;
+    std::vector<bridge::task_outcome> out;
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return done || !jobs.empty() || !answers.empty(); });
+      if (done) break;
+      running.swap(jobs);
+      out.swap(answers);
+    }
+    {
+      process::context_use use;
+      watch.clear();
+      for (const auto& j : running) watch.insert(watch.end(), j.returns.begin(), j.returns.end());
+      // Tasks that arrive meanwhile are picked up when this returns: a short wait.
+      if (!watch.empty()) rt.wait(watch, 1, detail::clock::now() + std::chrono::milliseconds(2), ready);
+      std::size_t at = 0;
+      for (auto& j : running) {
+        bool all = true;
+        for (std::size_t i = 0; i < j.returns.size(); ++i) all = all && ready[at + i];
+        at += j.returns.size();
+        if (all) {
+          out.push_back(finish(rt, j));
+          out.back().node = me_id;
+        }
+      }
+    }
+    {
+      std::lock_guard lock(mu);
+      for (auto& j : running)
+        if (!j.returns.empty() && j.returns[0]) jobs.push_back(std::move(j));
+    }
+    for (auto& o : out) {
+      o.node = me_id;
+      try {
+        link.send(bridge::frame_type::task_result, bridge::encode_outcome(o));
+      } catch (const std::exception&) {  // the link is ending: its callback says why
+      }
+    }
+  }
+  process::context_use use;
+  for (auto& j : jobs)
+    for (auto* n : j.returns) detail::release(n);
+  return ended.find("stopped") != std::string::npos ? std::string() : ended;
+}
+
+}  // namespace manta::runtime

@@ -1,0 +1,180 @@
+// cluster_program: every member of a cluster_test cluster runs this one binary,
+// as in production: with MANTA_NODE set, manta::init makes it a node (and never
+// returns); otherwise it is a driver (MANTA_ADDRESS) and runs the scenario named
+// by argv[1], printing what it saw, exiting 0 if everything held.
+//   cluster_program [special]                  (MANTA_NODE) a node; "special": it has that resource
+//   cluster_program basic|node_lost|head_lost N (MANTA_ADDRESS) a driver, once N nodes are alive
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <manta/manta.hpp>
+
+namespace {
+
+/// The node process this task runs under (0: the driver's own workers).
+int where() {
+  const char* v = std::getenv("CLUSTER_NODE_PID");
+  return v ? std::atoi(v) : 0;
+}
+double sum_on(std::span<const double> xs) { return std::accumulate(xs.begin(), xs.end(), 0.0); }
+std::vector<double> big_from(int n) { return std::vector<double>(static_cast<std::size_t>(n), 0.25); }
+int fail_on(int) { throw std::runtime_error("thrown on a node"); }
+int add_one(int x) { return x + 1; }
+/// Leaves a mark naming its node, then sleeps: the driver knows whom to kill.
+int slow_where(int ms) {
+  std::ofstream(std::string(std::getenv("CLUSTER_DIR")) + "/running-" + std::to_string(where()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return where();
+}
+
+}  // namespace
+
+MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where);
+
+namespace {
+
+int failures = 0;
+void check(bool ok, const std::string& what) {
+  std::printf("%s: %s\n", ok ? "ok" : "FAILED", what.c_str());
+  std::fflush(stdout);
+  if (!ok) ++failures;
+}
+
+std::size_t alive_nodes() {
+  std::size_t n = 0;
+  for (const auto& node : manta::nodes()) n += node.alive;
+  return n - 1;  // the driver's own node is listed first
+}
+
+bool wait_for(const std::function<bool()>& cond, std::chrono::seconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+/// The pid in the first running-<pid> mark (0 if none within 20 s).
+int first_mark() {
+  int pid = 0;
+  wait_for(
+      [&] {
+        for (const auto& e : std::filesystem::directory_iterator(std::getenv("CLUSTER_DIR"))) {
+          std::string name = e.path().filename();
+          if (name.rfind("running-", 0) == 0) pid = std::atoi(name.c_str() + 8);
+        }
+        return pid != 0;
+      },
+      std::chrono::seconds(20));
+  return pid;
+}
+
+void basic() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  int node = manta::get(manta::task(where).resources(on_special).remote());
+  check(node != 0 && node != ::getpid(), "a task needing 'special' ran on a node (pid " + std::to_string(node) + ")");
+  check(manta::get(manta::task(where).remote()) == 0, "a task this node can run stays here");
+
+  auto big = manta::put(std::vector<double>(1 << 20, 0.5));  // 8 MB in the driver's arena
+  check(manta::get(manta::task(sum_on).resources(on_special).remote(big)) == 524288.0,
+        "a stored 8 MB argument reached the node as a value");
+  auto made = manta::get(manta::task(big_from).resources(on_special).remote(1 << 20));
+  check(made.size() == (1u << 20) && made.back() == 0.25, "an 8 MB result came back");
+
+  auto there = manta::task(where).resources(on_special).remote();
+  check(manta::get(manta::task(add_one).remote(there)) == node + 1, "a local task waits for a remote result");
+  auto here = manta::task(add_one).remote(1);
+  check(manta::get(manta::task(add_one).resources(on_special).remote(here)) == 3,
+        "a remote task waits for a local result");
+
+  try {
+    manta::get(manta::task(fail_on).resources(on_special).remote(1));
+    check(false, "a task failing on a node fails here");
+  } catch (const manta::task_error& e) {
+    check(std::string(e.what()).find("thrown on a node") != std::string::npos && e.function_name() == "fail_on",
+          std::string("a task failing on a node fails here: ") + e.what());
+  }
+  try {
+    manta::task(where).resources({{"nowhere", 1}}).remote();
+    check(false, "a resource no node has is refused at submission");
+  } catch (const manta::usage_error& e) {
+    check(std::string(e.what()).find("nowhere") != std::string::npos,
+          std::string("a resource no node has is refused at submission: ") + e.what());
+  }
+  std::vector<manta::object_ref<int>> many;
+  for (int i = 0; i < 300; ++i) many.push_back(manta::task(add_one).resources(on_special).remote(i));
+  auto values = manta::get(many);
+  check(std::accumulate(values.begin(), values.end(), 0) == 300 * 301 / 2, "300 remote tasks, every result right");
+  auto listed = manta::nodes();
+  check(listed.size() >= 2 && listed[1].resources.count("special") == 1, "nodes() lists the cluster's nodes");
+}
+
+void node_lost() {
+  auto ref = manta::task(slow_where).resources({{"special", 1}}).remote(3000);
+  int first = first_mark();
+  check(first > 0, "the task started on a node");
+  ::kill(first, SIGKILL);
+  int second = manta::get(ref, std::chrono::seconds(60));
+  check(second > 0 && second != first,
+        "the task was run again on another node (" + std::to_string(second) + ") after " + std::to_string(first) +
+            " was killed");
+  check(wait_for([] { return alive_nodes() == 1; }, std::chrono::seconds(10)), "nodes() shows the lost node dead");
+}
+
+void head_lost() {
+  auto ref = manta::task(slow_where).resources({{"special", 1}}).remote(5000);
+  check(first_mark() > 0, "the task started on a node");
+  ::kill(std::atoi(std::getenv("CLUSTER_HEAD_PID")), SIGKILL);
+  try {
+    manta::get(ref, std::chrono::seconds(60));
+    check(false, "a task on a cluster whose head is lost fails");
+  } catch (const manta::node_died_error& e) {
+    check(true, std::string("a task on a cluster whose head is lost fails: ") + e.what());
+  }
+  try {
+    manta::task(where).resources({{"special", 1}}).remote();
+    check(false, "later remote tasks are refused");
+  } catch (const manta::usage_error& e) {
+    check(std::string(e.what()).find("cluster is gone") != std::string::npos,
+          std::string("later remote tasks are refused: ") + e.what());
+  }
+  check(manta::get(manta::task(add_one).remote(1)) == 2, "local tasks still run");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (std::getenv("MANTA_NODE")) {
+    ::setenv("CLUSTER_NODE_PID", std::to_string(::getpid()).c_str(), 1);
+    manta::options o{.num_workers = 2};
+    if (argc > 1 && std::string(argv[1]) == "special") o.resources = {{"special", 2}};
+    manta::init(o);  // serves; never returns
+    return 99;
+  }
+  if (argc != 3) return 2;
+  manta::init({.num_workers = 1});
+  const std::size_t want = std::strtoul(argv[2], nullptr, 10);
+  if (!wait_for([&] { return alive_nodes() >= want; }, std::chrono::seconds(20))) {
+    std::printf("FAILED: %zu nodes never joined\n", want);
+    return 1;
+  }
+  const std::string scenario = argv[1];
+  if (scenario == "basic") basic();
+  else if (scenario == "node_lost") node_lost();
+  else if (scenario == "head_lost") head_lost();
+  else return 2;
+  manta::shutdown();
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,155 @@
+// cluster_test: a real cluster on loopback. The head is `manta start --head`,
+// each node and the driver a process of cluster_program (one binary for every
+// member), each node with its own zygote, workers and arena. Every process of a
+// test carries a tag in its environment, so the test can tell that none is
+// left once the cluster stops.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string sh(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(("timeout 60 " + cmd + " 2>&1").c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// Pids of the processes whose environment holds `tag`.
+std::vector<pid_t> tagged(const std::string& tag) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string env = slurp("/proc/" + name + "/environ");
+    if (env.find(tag) != std::string::npos && manta::testing::alive(std::stoi(name))) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+class cluster : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = manta::testing::temp_path("cluster");
+    std::filesystem::create_directories(dir_);
+    tag_ = "CLUSTER_TAG=" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
+    ::putenv(const_cast<char*>(tag_.c_str()));  // the head inherits it too
+    std::string started = sh(std::string(MANTA_CLI_PATH) + " start --head --log-dir " + dir_);
+    ASSERT_NE(started.find("address: 127.0.0.1:"), std::string::npos) << started;
+    std::ifstream in(dir_ + "/head.address");
+    in >> address_ >> head_pid_;
+    ASSERT_GT(head_pid_, 0);
+  }
+
+  void TearDown() override {
+    for (pid_t p : tagged(tag_)) ::kill(p, SIGKILL);
+    for (pid_t p : children_) ::waitpid(p, nullptr, 0);
+    ::unsetenv("CLUSTER_TAG");
+    std::filesystem::remove_all(dir_);
+  }
+
+  /// Starts cluster_program with `args`, as a node (MANTA_NODE) or a driver
+  /// (MANTA_ADDRESS); its output goes to `log`.
+  pid_t member(bool node, const std::vector<std::string>& args, const std::string& log) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv(node ? "MANTA_NODE" : "MANTA_ADDRESS", address_.c_str(), 1);
+      ::setenv("MANTA_TOKEN_FILE", (dir_ + "/cluster.token").c_str(), 1);
+      ::setenv("CLUSTER_DIR", dir_.c_str(), 1);
+      ::setenv("CLUSTER_HEAD_PID", std::to_string(head_pid_).c_str(), 1);
+      int fd = ::open((dir_ + "/" + log).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      std::vector<char*> argv{const_cast<char*>(CLUSTER_PROGRAM)};
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      ::execv(CLUSTER_PROGRAM, argv.data());
+      ::_exit(127);
+    }
+    children_.push_back(pid);
+    return pid;
+  }
+
+  /// Its exit status (128 + signal if killed), or -1 if it ran past `limit` (then killed).
+  int finish(pid_t pid, std::chrono::milliseconds limit) {
+    int status = 0;
+    if (!manta::testing::reap_within(pid, limit, status)) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      std::erase(children_, pid);
+      return -1;
+    }
+    std::erase(children_, pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  std::string log(const std::string& name) { return slurp(dir_ + "/" + name); }
+
+  std::string dir_, tag_, address_;
+  pid_t head_pid_ = 0;
+  std::vector<pid_t> children_;
+};
+
+TEST_F(cluster, tasks_go_to_the_node_that_has_their_resource_and_the_cluster_stops_clean) {
+  pid_t node = member(true, {"special"}, "node-1.log");
+  pid_t driver = member(false, {"basic", "1"}, "driver.log");
+  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- node:\n" << log("node-1.log");
+  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+  std::string stopped = sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  EXPECT_NE(stopped.find("stopped the cluster"), std::string::npos) << stopped;
+  EXPECT_EQ(finish(node, 20s), 0) << "the node exits when the cluster stops\n" << log("node-1.log");
+  EXPECT_TRUE(manta::testing::eventually([&] { return tagged(tag_).empty(); }, 20s))
+      << "every process of the cluster (head, node, zygotes, workers) is gone";
+}
+
+TEST_F(cluster, a_task_on_a_killed_node_runs_again_on_another) {
+  pid_t a = member(true, {"special"}, "node-1.log");
+  pid_t b = member(true, {"special"}, "node-2.log");
+  pid_t driver = member(false, {"node_lost", "2"}, "driver.log");
+  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
+  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+  // One node was killed by the driver; the other stops with the cluster.
+  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  int sa = finish(a, 20s), sb = finish(b, 20s);
+  EXPECT_TRUE((sa == 0 && sb == 128 + SIGKILL) || (sa == 128 + SIGKILL && sb == 0)) << sa << " " << sb;
+  EXPECT_TRUE(manta::testing::eventually([&] { return tagged(tag_).empty(); }, 20s))
+      << "the killed node's zygote and workers went with it";
+}
+
+TEST_F(cluster, a_lost_head_fails_remote_work_and_every_node_exits) {
+  pid_t node = member(true, {"special"}, "node-1.log");
+  pid_t driver = member(false, {"head_lost", "1"}, "driver.log");
+  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- node:\n" << log("node-1.log");
+  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+  EXPECT_EQ(finish(node, 20s), 3) << "a node whose head is lost exits, saying so\n" << log("node-1.log");
+  EXPECT_NE(log("node-1.log").find("head was lost"), std::string::npos) << log("node-1.log");
+  EXPECT_TRUE(manta::testing::eventually([&] { return tagged(tag_).empty(); }, 20s));
+}
+
+}  // namespace
