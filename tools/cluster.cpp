@@ -182,6 +182,75 @@ int start_head(const cluster_options& o) {
   return 0;
 }
 
+int start_node(const cluster_options& o, const std::vector<std::string>& command, int num_workers) {
+  if (command.empty()) throw std::runtime_error("give the program to start as a node after --: manta start --address A -- ./app");
+  auto [address, head_pid] = head_of(o);
+  const std::string token_file = std::filesystem::absolute(token_path(o)).string();
+  const std::string token = bridge::read_token_file(token_file);  // checked here, where the error can be read
+  std::error_code ec;
+  if (std::filesystem::create_directories(o.log_dir, ec))
+    std::filesystem::permissions(o.log_dir, std::filesystem::perms::owner_all, ec);
+  int failed[2];  // the child writes why exec failed; closed on exec
+  if (::pipe2(failed, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  std::fflush(nullptr);
+  pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    ::close(failed[0]);
+    ::setsid();
+    ::signal(SIGPIPE, SIG_DFL);
+    const std::string log_path = o.log_dir + "/node-" + std::to_string(::getpid()) + ".log";
+    int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+    ::dup2(null, STDIN_FILENO);
+    ::dup2(log >= 0 ? log : null, STDOUT_FILENO);
+    ::dup2(log >= 0 ? log : null, STDERR_FILENO);
+    for (int fd = 3; fd < 1024; ++fd)
+      if (fd != failed[1]) ::close(fd);
+    ::setenv("MANTA_NODE", address.c_str(), 1);
+    ::setenv("MANTA_TOKEN_FILE", token_file.c_str(), 1);
+    ::unsetenv("MANTA_ADDRESS");
+    if (num_workers > 0) ::setenv("MANTA_NUM_WORKERS", std::to_string(num_workers).c_str(), 1);
+    std::vector<char*> argv;
+    for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execvp(argv[0], argv.data());
+    std::string why = std::string("cannot run ") + command[0] + ": " + std::strerror(errno);
+    [[maybe_unused]] auto n = ::write(failed[1], why.data(), why.size());
+    ::_exit(127);
+  }
+  ::close(failed[1]);
+  std::string why;
+  char buf[256];
+  for (ssize_t n; (n = ::read(failed[0], buf, sizeof buf)) > 0;) why.append(buf, static_cast<std::size_t>(n));
+  ::close(failed[0]);
+  if (!why.empty()) {
+    ::waitpid(pid, nullptr, 0);
+    throw std::runtime_error(why);
+  }
+  // Running: it is a node once the head lists it.
+  const std::string log_path = o.log_dir + "/node-" + std::to_string(pid) + ".log";
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  for (;;) {
+    nlohmann::json table = nlohmann::json::parse(bridge::ask_head(address, token, "status"));
+    for (const auto& n : table["nodes"])
+      if (n["pid"].get<int>() == pid && n["alive"].get<bool>()) {
+        std::printf("%s joined %s: pid %d (log: %s)\n", n["id"].get<std::string>().c_str(), address.c_str(),
+                    static_cast<int>(pid), log_path.c_str());
+        return 0;
+      }
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid)
+      throw std::runtime_error(command[0] + " exited before it joined (see " + log_path + ")");
+    if (std::chrono::steady_clock::now() > until) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      throw std::runtime_error(command[0] + " did not join within 30 s (does it call manta::init? see " + log_path + ")");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 int stop_cluster(const cluster_options& o) {
   auto [address, pid] = head_of(o);
   std::string token = bridge::read_token_file(token_path(o));
@@ -214,7 +283,8 @@ int cluster_status(const cluster_options& o) {
     std::string resources;
     for (const auto& [name, amount] : n["resources"].items()) {
       char value[32];
-      std::snprintf(value, sizeof value, "%g", amount.get<double>());
+      if (name == "memory") std::snprintf(value, sizeof value, "%.1f GiB", amount.get<double>() / (1 << 30));
+      else std::snprintf(value, sizeof value, "%g", amount.get<double>());
       resources += (resources.empty() ? "" : ", ") + name + " " + value;
     }
     if (!n["alive"].get<bool>()) resources = "lost: " + n["lost_why"].get<std::string>();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace manta::tools {
 
@@ -23,6 +24,10 @@ bool is_head_address(const std::string& address);
 bool head_runs_in(const std::string& log_dir);
 
 int start_head(const cluster_options& o);
+/// `manta start --address A -- ./app args`: starts the program as a node of the
+/// cluster (MANTA_NODE), in the background, its output in <log_dir>/node-<pid>.log;
+/// returns once the head lists it (or says why not).
+int start_node(const cluster_options& o, const std::vector<std::string>& command, int num_workers);
 int stop_cluster(const cluster_options& o);
 int cluster_status(const cluster_options& o);
 

@@ -181,8 +181,14 @@ int main(int argc, char** argv) {
   cluster.log_dir = manta::observe::default_log_dir;
   status->add_option("--token-file", cluster.token_file, "a cluster's token (default: MANTA_TOKEN_FILE, or <log-dir>/cluster.token)");
   bool head_role = false;
-  auto* start = app.add_subcommand("start", "start a cluster's head in the background (prints its address and token file)");
-  start->add_flag("--head", head_role, "start the head")->required();
+  int node_workers = 0;
+  std::vector<std::string> node_command;
+  auto* start = app.add_subcommand(
+      "start", "start a cluster's head (--head), or a program as a node of one (--address A -- ./app args)");
+  start->add_flag("--head", head_role, "start the head (prints its address and token file)");
+  start->add_option("--address", cluster.address, "the head to join, HOST:PORT (default: the one started from --log-dir)");
+  start->add_option("--num-workers", node_workers, "the node's worker processes (default: its CPU count)");
+  start->add_option("command", node_command, "after --: the program to start as a node, and its arguments");
   start->add_option("--port", cluster.port, "its port (0: any free one)")->capture_default_str();
   start->add_option("--bind", cluster.bind, "the address to listen on (loopback unless told)")->capture_default_str();
   start->add_option("--token-file", cluster.token_file, "where to write the cluster's token (0600)");
@@ -194,8 +200,11 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
-    if (start->parsed()) {
+    if (start->parsed() && head_role) {
+      if (!node_command.empty()) throw std::runtime_error("manta start --head takes no program");
       return manta::tools::start_head(cluster);
+    } else if (start->parsed()) {
+      return manta::tools::start_node(cluster, node_command, node_workers);
     } else if (stop->parsed()) {
       return manta::tools::stop_cluster(cluster);
     } else if (status->parsed() && (manta::tools::is_head_address(t.address) ||

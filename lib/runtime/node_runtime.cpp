@@ -110,7 +110,11 @@ node_runtime::node_runtime(const options& opts)
       epoch_(process::new_epoch()),
       pid_(::getpid()),
       log_dir_(opts.log_dir.empty() ? std::string(observe::default_log_dir) : opts.log_dir) {
+  // MANTA_NUM_WORKERS (manta start --num-workers) stands in for an options.num_workers left at 0.
+  const char* env_workers = std::getenv("MANTA_NUM_WORKERS");
+  const int from_env = env_workers ? std::atoi(env_workers) : 0;
   int n = opts.num_workers > 0 ? opts.num_workers
+          : from_env > 0       ? from_env
                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (n >= process::max_slots)
     throw usage_error("manta: num_workers must be below " + std::to_string(process::max_slots));
