@@ -38,9 +38,14 @@ int slow_where(int ms) {
   return where();
 }
 
+int nap_where(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return where();
+}
+
 }  // namespace
 
-MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where);
+MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where);
 
 namespace {
 
@@ -121,6 +126,19 @@ void basic() {
   check(listed.size() >= 2 && listed[1].resources.count("special") == 1, "nodes() lists the cluster's nodes");
 }
 
+/// Plain tasks (no resource asked) spill to a node while this one's workers are busy.
+void spill() {
+  std::vector<manta::object_ref<int>> refs;
+  for (int i = 0; i < 24; ++i) refs.push_back(manta::task(nap_where).remote(100));
+  int here = 0, there = 0;
+  for (int w : manta::get(refs)) (w == 0 ? here : there) += 1;
+  check(here > 0 && there > 0, "24 busy tasks ran on both nodes: " + std::to_string(here) + " here, " +
+                                   std::to_string(there) + " on the other node");
+  auto ids = manta::nodes();
+  check(ids.size() == 2 && ids[1].id.size() == 8 && ids[1].id != manta::node_id(),
+        "the node is listed under its own node_id() (" + ids[1].id + ")");
+}
+
 void node_lost() {
   auto ref = manta::task(slow_where).resources({{"special", 1}}).remote(3000);
   int first = first_mark();
@@ -173,6 +191,7 @@ int main(int argc, char** argv) {
   const std::string scenario = argv[1];
   if (scenario == "basic") basic();
   else if (scenario == "node_lost") node_lost();
+  else if (scenario == "spill") spill();
   else if (scenario == "head_lost") head_lost();
   else return 2;
   manta::shutdown();

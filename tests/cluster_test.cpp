@@ -121,7 +121,7 @@ TEST_F(cluster, tasks_go_to_the_node_that_has_their_resource_and_the_cluster_sto
   const std::string cli = MANTA_CLI_PATH;
   std::string started =
       sh(cli + " start --log-dir " + dir_ + " --num-workers 2 -- " + CLUSTER_PROGRAM + " special");
-  ASSERT_NE(started.find("node-1 joined " + address_), std::string::npos) << started;
+  ASSERT_NE(started.find(" joined " + address_), std::string::npos) << started;
   const pid_t node = std::stoi(started.substr(started.find(": pid ") + 6));
   std::string refused = sh(cli + " start --log-dir " + dir_ + " -- /nonexistent/app");
   EXPECT_NE(refused.find("cannot run /nonexistent/app"), std::string::npos) << refused;
@@ -138,6 +138,15 @@ TEST_F(cluster, tasks_go_to_the_node_that_has_their_resource_and_the_cluster_sto
   EXPECT_NE(log("node-" + std::to_string(node) + ".log").find("joined the cluster"), std::string::npos);
   EXPECT_TRUE(manta::testing::eventually([&] { return tagged(tag_).empty(); }, 20s))
       << "every process of the cluster (head, node, zygotes, workers) is gone";
+}
+
+TEST_F(cluster, plain_tasks_spill_to_a_node_while_the_drivers_workers_are_busy) {
+  pid_t node = member(true, {}, "node-1.log");
+  pid_t driver = member(false, {"spill", "1"}, "driver.log");
+  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- node:\n" << log("node-1.log");
+  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  EXPECT_EQ(finish(node, 20s), 0);
 }
 
 TEST_F(cluster, a_task_on_a_killed_node_runs_again_on_another) {

@@ -244,6 +244,7 @@ void head::serve(std::shared_ptr<connection> c) {
       info.resources = j.at("resources").get<std::map<std::string, double>>();
       info.functions = j.at("functions").get<std::vector<std::string>>();
       info.role = j.value("role", std::string("node"));
+      info.id = j.value("id", std::string());
       if (info.role != "node" && info.role != "driver") throw std::invalid_argument("role '" + info.role + "'");
     } catch (const std::exception& e) {
       c->send(frame_type::refused, std::string("a malformed join: ") + e.what());
@@ -261,7 +262,13 @@ void head::serve(std::shared_ptr<connection> c) {
         c->done = true;
         return;
       }
-      id = driver ? "driver-" + std::to_string(++next_driver_) : "node-" + std::to_string(++next_node_);
+      // A node keeps its runtime's id (what node_id() says there) when it is a plain, unused one.
+      const bool plain = !info.id.empty() && info.id.size() <= 16 &&
+                         info.id.find_first_not_of("0123456789abcdef") == std::string::npos &&
+                         std::none_of(nodes_.begin(), nodes_.end(), [&](const node_state& n) { return n.id == info.id; });
+      id = driver  ? "driver-" + std::to_string(++next_driver_)
+           : plain ? info.id
+                   : "node-" + std::to_string(++next_node_);
       c->node_id = id;
       c->last_heard = io_clock::now();
       if (!driver) {
@@ -561,8 +568,8 @@ node_link::node_link(const std::string& address, const std::string& token, node_
   try {
     authenticate_to_head(fd_, token, in_);
     std::sort(info.functions.begin(), info.functions.end());
-    json j = {{"host", info.host},           {"pid", info.pid},  {"resources", info.resources},
-              {"functions", info.functions}, {"role", info.role}};
+    json j = {{"host", info.host},           {"pid", info.pid},   {"resources", info.resources},
+              {"functions", info.functions}, {"role", info.role}, {"id", info.id}};
     auto until = io_clock::now() + std::chrono::seconds(5);
     send_all(fd_, encode(frame_type::join, j.dump()), until);
     frame f;

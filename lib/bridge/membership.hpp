@@ -42,6 +42,8 @@ struct node_info {
   std::map<std::string, double> resources;
   std::vector<std::string> functions;  ///< the names its binary registered, sorted
   std::string role = "node";           ///< "node" (runs tasks) or "driver" (sends them)
+  /// The id it would like (its runtime's node_id()); the head gives "node-N" if empty or taken.
+  std::string id;
 };
 
 /// A row of the head's node table.

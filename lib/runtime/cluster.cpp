@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -98,6 +99,18 @@ std::string cluster_driver::lacking(const detail::task_options& o) const {
     if (first.empty()) first = n.id + " has " + (lack.empty() ? "what it needs but was lost" : lack);
   }
   return table_.empty() ? "the cluster has no node" : "no node of the cluster can run it (" + first + ")";
+}
+
+double cluster_driver::spare_cpus(const detail::task_options& o) const {
+  std::lock_guard lock(mu_);
+  if (!lost_.empty()) return 0;
+  double cpus = 0;
+  for (const auto& n : table_) {
+    if (!n.alive || !bridge::lacking(n.resources, o.num_cpus, o.num_gpus, o.resources).empty()) continue;
+    auto it = n.resources.find("CPU");
+    cpus += it == n.resources.end() ? 0 : std::floor(it->second / std::max(o.num_cpus, 1e-9));
+  }
+  return cpus;
 }
 
 bool cluster_driver::send(bridge::remote_task t) {
@@ -261,8 +274,8 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   std::string ended;
   bool done = false;
 
-  bridge::node_info me{host_name(), static_cast<int>(::getpid()), rt.resources(false), detail::registered_names(),
-                       "node"};
+  bridge::node_info me{host_name(),         static_cast<int>(::getpid()), rt.resources(false),
+                       detail::registered_names(), "node",                       manta::node_id()};
   bridge::node_link link(
       address, token, std::move(me),
       [&](const std::string& why) {

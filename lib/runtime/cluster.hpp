@@ -46,6 +46,9 @@ class cluster_driver {
 
   /// Why no node of the cluster can run a task asking `o` (empty: one can). Any thread.
   std::string lacking(const detail::task_options& o) const;
+  /// CPUs of the alive nodes that could run a task asking `o`, as joined
+  /// (what runs there is not counted: the caller counts what it sent). Any thread.
+  double spare_cpus(const detail::task_options& o) const;
   /// Queues `t` for the head; never blocks (called under the scheduler's mutex).
   /// @returns false once the cluster is gone (lost() says why)
   bool send(bridge::remote_task t);

@@ -394,6 +394,11 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   return std::nullopt;
 }
 
+bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
+  if (!cluster_ || t.actor || t.mode == detail::call_mode::construct || !t.contained.empty()) return false;
+  return cluster_->spare_cpus(t.options) > static_cast<double>(in_flight);
+}
+
 void node_runtime::remote_finished(bridge::task_outcome&& o) {
   std::vector<ipc::value_location> values;
   for (const auto& v : o.values)

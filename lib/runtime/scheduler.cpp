@@ -151,6 +151,15 @@ void scheduler::dispatch() {
   for (std::size_t i = 0; i < ready.size();) {
     task_spec* t = ready[i];
     worker_state* w = place_.pick(*t);
+    if (!w && host_.remote_room(*t, remote_.size())) {
+      // It would queue here while a node of the cluster has a CPU free: it goes there.
+      t->remote = true;
+      if (!host_.send_remote(*t)) {
+        graph_.enter(t, remote_);  // takes it out of the ready queue
+        continue;
+      }
+      t->remote = false;  // it could not go: it waits here
+    }
     if (!w) {
       if (place_.blocks_later(*t)) break;
       ++i;

@@ -75,6 +75,7 @@ struct quiet_host final : scheduler_host {
   std::optional<ipc::error_info> send_remote(task_spec&) override {  // no task here is remote
     return ipc::error_info{ipc::error_kind::usage, "manta::usage_error", "no cluster", {}, {}, 0, 0, {}};
   }
+  bool remote_room(const task_spec&, std::size_t) override { return false; }
 };
 
 constexpr std::uint32_t epoch = epoch_of_fuzz;
