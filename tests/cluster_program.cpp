@@ -3,7 +3,10 @@
 // returns); otherwise it is a driver (MANTA_ADDRESS) and runs the scenario named
 // by argv[1], printing what it saw, exiting 0 if everything held.
 //   cluster_program [special]                  (MANTA_NODE) a node; "special": it has that resource
-//   cluster_program basic|node_lost|head_lost N (MANTA_ADDRESS) a driver, once N nodes are alive
+//   cluster_program basic|spill|node_lost|head_lost N (MANTA_ADDRESS) a driver, once N nodes are alive
+//   cluster_program launched N                 under mpirun or srun: rank 0 drives, the others are
+//                                              nodes with "special"
+// Every process notes its pid in CLUSTER_NODE_PID before init: a task says where it ran.
 #include <signal.h>
 #include <unistd.h>
 
@@ -13,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -22,7 +26,7 @@
 
 namespace {
 
-/// The node process this task runs under (0: the driver's own workers).
+/// The pid of the process whose runtime runs this task (the driver's, or a node's).
 int where() {
   const char* v = std::getenv("CLUSTER_NODE_PID");
   return v ? std::atoi(v) : 0;
@@ -90,7 +94,7 @@ void basic() {
   const std::map<std::string, double> on_special{{"special", 1}};
   int node = manta::get(manta::task(where).resources(on_special).remote());
   check(node != 0 && node != ::getpid(), "a task needing 'special' ran on a node (pid " + std::to_string(node) + ")");
-  check(manta::get(manta::task(where).remote()) == 0, "a task this node can run stays here");
+  check(manta::get(manta::task(where).remote()) == ::getpid(), "a task this node can run stays here");
 
   auto big = manta::put(std::vector<double>(1 << 20, 0.5));  // 8 MB in the driver's arena
   check(manta::get(manta::task(sum_on).resources(on_special).remote(big)) == 524288.0,
@@ -131,12 +135,24 @@ void spill() {
   std::vector<manta::object_ref<int>> refs;
   for (int i = 0; i < 24; ++i) refs.push_back(manta::task(nap_where).remote(100));
   int here = 0, there = 0;
-  for (int w : manta::get(refs)) (w == 0 ? here : there) += 1;
+  for (int w : manta::get(refs)) (w == ::getpid() ? here : there) += 1;
   check(here > 0 && there > 0, "24 busy tasks ran on both nodes: " + std::to_string(here) + " here, " +
                                    std::to_string(there) + " on the other node");
   auto ids = manta::nodes();
   check(ids.size() == 2 && ids[1].id.size() == 8 && ids[1].id != manta::node_id(),
         "the node is listed under its own node_id() (" + ids[1].id + ")");
+}
+
+/// Under a launcher: every rank but this one is a node.
+void launched(std::size_t nodes) {
+  std::vector<manta::object_ref<int>> refs;
+  for (int i = 0; i < 30; ++i) refs.push_back(manta::task(nap_where).remote(60));
+  std::set<int> places;
+  for (int w : manta::get(refs)) places.insert(w);
+  check(places.size() >= 2, "30 busy tasks ran in " + std::to_string(places.size()) + " of the " +
+                                std::to_string(nodes + 1) + " ranks' runtimes");
+  int node = manta::get(manta::task(where).resources({{"special", 1}}).remote());
+  check(node != ::getpid(), "a task needing 'special' ran on another rank (pid " + std::to_string(node) + ")");
 }
 
 void node_lost() {
@@ -173,11 +189,18 @@ void head_lost() {
 
 }  // namespace
 
+int launch_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  return -1;
+}
+
 int main(int argc, char** argv) {
-  if (std::getenv("MANTA_NODE")) {
-    ::setenv("CLUSTER_NODE_PID", std::to_string(::getpid()).c_str(), 1);
+  ::setenv("CLUSTER_NODE_PID", std::to_string(::getpid()).c_str(), 1);
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (std::getenv("MANTA_NODE") || (first == "launched" && launch_rank() > 0)) {
     manta::options o{.num_workers = 2};
-    if (argc > 1 && std::string(argv[1]) == "special") o.resources = {{"special", 2}};
+    if (first == "special" || first == "launched") o.resources = {{"special", 2}};
     manta::init(o);  // serves; never returns
     return 99;
   }
@@ -192,6 +215,7 @@ int main(int argc, char** argv) {
   if (scenario == "basic") basic();
   else if (scenario == "node_lost") node_lost();
   else if (scenario == "spill") spill();
+  else if (scenario == "launched") launched(want);
   else if (scenario == "head_lost") head_lost();
   else return 2;
   manta::shutdown();

@@ -173,4 +173,57 @@ TEST_F(cluster, a_lost_head_fails_remote_work_and_every_node_exits) {
   EXPECT_TRUE(manta::testing::eventually([&] { return tagged(tag_).empty(); }, 20s));
 }
 
+// ---- launchers: mpirun and srun start every rank; rank 0 leads
+
+TEST(cluster_launch, mpirun_n_3_makes_rank_0_the_driver_and_the_others_nodes) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun (tools/setup.sh installs it)";
+  const std::string dir = manta::testing::temp_path("mpirun");
+  std::filesystem::create_directories(dir);
+  const std::string out = sh("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MANTA_LAUNCH_DIR=" + dir +
+                             " mpirun --oversubscribe -n 3 " + CLUSTER_PROGRAM + " launched 2; echo exit=$?");
+  EXPECT_NE(out.find("exit=0"), std::string::npos) << out;
+  EXPECT_EQ(out.find("FAILED"), std::string::npos) << out;
+  EXPECT_NE(out.find("a task needing 'special' ran on another rank"), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::is_empty(dir)) << "rank 0 removed the launch's files";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(cluster_launch, srun_ranks_from_slurms_environment_form_the_cluster) {
+  // srun's environment as Slurm sets it for each task of a step, set here by the test.
+  const std::string dir = manta::testing::temp_path("srun");
+  std::filesystem::create_directories(dir);
+  const std::string job = std::to_string(::getpid());
+  std::vector<pid_t> ranks;
+  for (int rank = 0; rank < 3; ++rank) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setenv("SLURM_PROCID", std::to_string(rank).c_str(), 1);
+      ::setenv("SLURM_NTASKS", "3", 1);
+      ::setenv("SLURM_JOB_ID", job.c_str(), 1);
+      ::setenv("SLURM_STEP_ID", "0", 1);
+      ::setenv("MANTA_LAUNCH_DIR", dir.c_str(), 1);
+      int fd = ::open((dir + "/rank-" + std::to_string(rank) + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      ::execl(CLUSTER_PROGRAM, CLUSTER_PROGRAM, "launched", "2", nullptr);
+      ::_exit(127);
+    }
+    ranks.push_back(pid);
+  }
+  for (int rank = 0; rank < 3; ++rank) {
+    int status = 0;
+    bool ended = manta::testing::reap_within(ranks[rank], 120s, status);
+    if (!ended) {
+      ::kill(ranks[rank], SIGKILL);
+      ::waitpid(ranks[rank], &status, 0);
+    }
+    const std::string log = slurp(dir + "/rank-" + std::to_string(rank) + ".log");
+    EXPECT_TRUE(ended && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << rank << ":\n" << log;
+    if (rank == 0) EXPECT_EQ(log.find("FAILED"), std::string::npos) << log;
+  }
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().rfind("launch-", 0), std::string::npos) << e.path();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace

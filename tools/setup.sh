@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libjs-chart.js    # the dashboard's chart, served locally
   chromium tmux     # tests: the dashboard in headless Chromium, the progress bar in a terminal
+  openmpi-bin       # tests: a cluster launched by mpirun
 )
 [ "${1:-}" = "--fuzz" ] && packages+=(clang-14 libclang-rt-14-dev)
 

@@ -6,7 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
+#include <optional>
+#include <tuple>
 
 #include <manta/detail/progress.hpp>
 #include <manta/errors.hpp>
@@ -89,6 +92,7 @@ namespace {
 struct cluster_role {
   std::string serve;  ///< MANTA_NODE: the head to serve
   std::string drive;  ///< the head to send tasks to
+  std::optional<runtime::launch> launch;  ///< started by mpirun or srun, with neither of the above
 };
 
 cluster_role role_of(const options& opts) {
@@ -97,7 +101,18 @@ cluster_role role_of(const options& opts) {
   if (!opts.address.empty()) r.drive = opts.address;
   else if (const char* v = std::getenv("MANTA_ADDRESS"); v && *v) r.drive = v;
   if (!r.serve.empty()) r.drive.clear();  // a node takes tasks; it does not drive
+  if (r.serve.empty() && r.drive.empty()) r.launch = runtime::launched();
   return r;
+}
+
+/// Where the ranks of a launch meet: MANTA_LAUNCH_DIR, else the log_dir (private, made if missing).
+std::string launch_dir(const options& opts) {
+  if (const char* v = std::getenv("MANTA_LAUNCH_DIR"); v && *v) return v;
+  const std::string dir = opts.log_dir.empty() ? std::string(observe::default_log_dir) : opts.log_dir;
+  std::error_code ec;
+  if (std::filesystem::create_directories(dir, ec))
+    std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
+  return dir;
 }
 
 /// The token a member proves: options.log_dir's (or MANTA_TOKEN_FILE).
@@ -127,9 +142,14 @@ void init(const options& opts) {
   if (in_worker()) throw usage_error("manta::init called inside a task (or a process a task forked)");
   static bool fork_handlers = (::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child), true);
   (void)fork_handlers;
-  const cluster_role role = role_of(opts);
+  cluster_role role = role_of(opts);
   runtime::node_runtime* serving = nullptr;
   std::string token;
+  if (role.launch && role.launch->rank != 0) {
+    // A node of a launch: rank 0's head first (no thread of manta's runs yet).
+    std::tie(role.serve, token) = runtime::wait_for_launch_head(*role.launch, launch_dir(opts));
+    role.launch.reset();
+  }
   {
     lifecycle_lock lock;
     if (process::current_context()) {
@@ -143,7 +163,9 @@ void init(const options& opts) {
     if (opts.worker_setup) detail::function_for(opts.worker_setup);  // registered, or usage_error
     if ((!role.serve.empty() || !role.drive.empty()) && opts.local_mode)
       throw usage_error("manta: options.local_mode runs everything in this process; it cannot join a cluster");
-    if (!role.serve.empty() || !role.drive.empty()) token = cluster_token(opts);
+    if (role.launch && opts.local_mode)
+      throw usage_error("manta: options.local_mode runs everything in this process; it cannot lead a launch");
+    if (token.empty() && (!role.serve.empty() || !role.drive.empty())) token = cluster_token(opts);
     const char* progress_env = std::getenv("MANTA_PROGRESS");
     detail::set_progress(opts.progress || (progress_env && std::strcmp(progress_env, "1") == 0));
     if (opts.local_mode) {
@@ -152,13 +174,14 @@ void init(const options& opts) {
     } else {
       node = new runtime::node_runtime(opts);
       process::set_current_context(node);
-      if (!role.drive.empty()) {
-        try {
-          node->join_cluster(role.drive, token);
-        } catch (const std::exception& e) {
-          discard(std::exchange(node, nullptr));
-          throw error("manta: could not join the cluster at " + role.drive + ": " + e.what());
-        }
+      try {
+        if (!role.drive.empty()) node->join_cluster(role.drive, token);
+        if (role.launch) node->host_launch(*role.launch, launch_dir(opts));
+      } catch (const std::exception& e) {
+        discard(std::exchange(node, nullptr));
+        throw error(role.launch ? std::string("manta: could not lead the cluster of ") + role.launch->launcher +
+                                      ": " + e.what()
+                                : "manta: could not join the cluster at " + role.drive + ": " + e.what());
       }
     }
     owner = ::getpid();

@@ -6,12 +6,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
 #include <manta/errors.hpp>
 #include <manta/registry.hpp>
 
+#include "bridge/token.hpp"
 #include "bridge/wire.hpp"
 #include "process/args_blob.hpp"
 #include "process/context.hpp"
@@ -349,6 +352,93 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   for (auto& j : jobs)
     for (auto* n : j.returns) detail::release(n);
   return ended.find("stopped") != std::string::npos ? std::string() : ended;
+}
+
+// ---- launchers
+
+namespace {
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+std::string env_string(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+}  // namespace
+
+std::optional<launch> launched() {
+  launch l;
+  if (const char* rank = std::getenv("OMPI_COMM_WORLD_RANK")) {
+    l.launcher = "mpirun";
+    l.rank = std::atoi(rank);
+    l.size = env_int("OMPI_COMM_WORLD_SIZE", 1);
+    l.job = env_string("PMIX_NAMESPACE");
+    if (l.job.empty()) l.job = env_string("OMPI_MCA_ess_base_jobid");
+  } else if (const char* rank = std::getenv("SLURM_PROCID")) {
+    l.launcher = "srun";
+    l.rank = std::atoi(rank);
+    l.size = env_int("SLURM_NTASKS", env_int("SLURM_NPROCS", 1));
+    l.job = env_string("SLURM_JOB_ID");
+    if (!l.job.empty() && std::getenv("SLURM_STEP_ID")) l.job += "." + env_string("SLURM_STEP_ID");
+  } else {
+    return std::nullopt;
+  }
+  if (l.size <= 1) return std::nullopt;  // one process: a single node, as without a launcher
+  if (l.rank < 0 || l.rank >= l.size)
+    throw usage_error("manta: " + l.launcher + " says this is rank " + std::to_string(l.rank) + " of " +
+                      std::to_string(l.size));
+  if (l.job.empty() || l.job.find_first_of("/\0") != std::string::npos)
+    throw usage_error("manta: started by " + l.launcher + " with no job id to meet the other ranks by; "
+                      "set MANTA_ADDRESS (rank 0's head) or MANTA_NODE instead");
+  return l;
+}
+
+launch_head::launch_head(const launch& l, const std::string& dir)
+    : token_(bridge::new_token()),
+      token_file_(dir + "/launch-" + l.job + ".token"),
+      address_file_(dir + "/launch-" + l.job + ".address") {
+  std::string bind = env_string("MANTA_BIND");
+  if (bind.empty()) bind = "127.0.0.1";  // loopback unless told: one machine
+  head_ = std::make_unique<bridge::head>(bridge::head::config{.bind = bind, .token = token_});
+  const std::string host = bind == "0.0.0.0" || bind == "::" ? host_name() : bind;
+  address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(head_->port());
+  bridge::write_token_file(token_file_, token_);
+  // The address last, through a renamed file: a rank that sees it finds the token there too.
+  const std::string fresh = address_file_ + ".new";
+  {
+    std::ofstream out(fresh, std::ios::trunc);
+    out << address_ << "\n";
+    if (!out.flush()) throw usage_error("manta: cannot write " + fresh);
+  }
+  if (std::rename(fresh.c_str(), address_file_.c_str()) != 0) throw usage_error("manta: cannot write " + address_file_);
+}
+
+launch_head::~launch_head() {
+  head_.reset();  // every node is told to stop
+  std::remove(address_file_.c_str());
+  std::remove(token_file_.c_str());
+}
+
+std::pair<std::string, std::string> wait_for_launch_head(const launch& l, const std::string& dir) {
+  const std::string address_file = dir + "/launch-" + l.job + ".address";
+  const int limit = env_int("MANTA_LAUNCH_TIMEOUT", 60);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(limit);
+  std::string address;
+  while (address.empty()) {
+    std::ifstream(address_file) >> address;
+    if (!address.empty()) break;
+    if (std::chrono::steady_clock::now() > until)
+      throw usage_error("manta: rank " + std::to_string(l.rank) + " of " + l.launcher + " saw no head within " +
+                        std::to_string(limit) + " s (" + address_file +
+                        " never appeared; on several machines, set MANTA_LAUNCH_DIR to a shared directory)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  try {
+    return {address, bridge::read_token_file(dir + "/launch-" + l.job + ".token")};
+  } catch (const bridge::token_error& e) {
+    throw usage_error(std::string("manta: ") + e.what());
+  }
 }
 
 }  // namespace manta::runtime

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,6 +74,40 @@ class cluster_driver {
   std::unique_ptr<bridge::node_link> link_;
   std::thread sender_;
 };
+
+/// A process started by a launcher that started several (mpirun, srun): rank 0
+/// hosts the head and drives; the other ranks are nodes. They meet through two
+/// files in a directory all of them see (MANTA_LAUNCH_DIR, else the log_dir):
+/// launch-<job>.token and launch-<job>.address, written by rank 0.
+struct launch {
+  std::string launcher;  ///< "mpirun" or "srun"
+  int rank = 0;
+  int size = 1;
+  std::string job;  ///< the launcher's job id: the files' names
+};
+/// What the environment says of a launch, if this process is one of several.
+/// @throws usage_error if a launcher started several but gave no job id
+std::optional<launch> launched();
+/// Rank 0's side of a launch: hosts the head, then writes the files.
+class launch_head {
+ public:
+  /// Listens on MANTA_BIND (default loopback) and writes the token and address
+  /// files into `dir`. @throws what bridge::head and the token file throw
+  launch_head(const launch& l, const std::string& dir);
+  /// Stops the cluster (every node exits) and removes the files.
+  ~launch_head();
+  launch_head(const launch_head&) = delete;
+  launch_head& operator=(const launch_head&) = delete;
+  const std::string& address() const noexcept { return address_; }
+  const std::string& token() const noexcept { return token_; }
+
+ private:
+  std::string token_, address_, token_file_, address_file_;
+  std::unique_ptr<bridge::head> head_;
+};
+/// The other ranks: waits (up to MANTA_LAUNCH_TIMEOUT seconds, default 60) for
+/// rank 0's files in `dir`; returns {address, token}. @throws usage_error
+std::pair<std::string, std::string> wait_for_launch_head(const launch& l, const std::string& dir);
 
 /// MANTA_NODE: serves the cluster at `address` with `rt` until the cluster
 /// stops (returns "") or the head is lost (returns why).

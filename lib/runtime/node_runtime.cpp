@@ -262,6 +262,7 @@ void node_runtime::begin_stop() {
     std::this_thread::yield();
   }
   cluster_.reset();  // leaves the cluster: nothing more comes back from it
+  launch_head_.reset();  // a launch's head: every node is told to stop
 }
 
 void node_runtime::finish_stop() {
@@ -337,6 +338,24 @@ void node_runtime::watch_writable(worker_link& w, bool on) {
 void node_runtime::join_cluster(const std::string& address, const std::string& token) {
   auto totals = resources(false);
   cluster_ = std::make_unique<cluster_driver>(*this, address, token, std::move(totals));
+}
+
+void node_runtime::host_launch(const launch& l, const std::string& dir) {
+  launch_head_ = std::make_unique<launch_head>(l, dir);
+  join_cluster(launch_head_->address(), launch_head_->token());
+  const auto wanted = static_cast<std::size_t>(l.size - 1);
+  const char* limit_env = std::getenv("MANTA_LAUNCH_TIMEOUT");
+  const int limit = limit_env && *limit_env ? std::atoi(limit_env) : 60;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(limit);
+  for (;;) {
+    std::size_t alive = 0;
+    for (const auto& n : cluster_->nodes()) alive += n.alive;
+    if (alive >= wanted) return;
+    if (std::chrono::steady_clock::now() > until)
+      throw usage_error("manta: " + std::to_string(alive) + " of the " + std::to_string(wanted) + " other ranks of " +
+                        l.launcher + " joined within " + std::to_string(limit) + " s");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 std::vector<manta::node_info> node_runtime::cluster_nodes() {

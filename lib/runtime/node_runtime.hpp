@@ -92,6 +92,10 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// Joins the cluster at `address` as its driver (init, once constructed).
   /// @throws bridge::join_error saying why it could not
   void join_cluster(const std::string& address, const std::string& token);
+  /// Rank 0 of a launch (mpirun, srun): hosts the head, writes the files the
+  /// other ranks read in `dir`, drives, and waits until every other rank joined.
+  /// @throws usage_error (or what the head throws) if it cannot
+  void host_launch(const launch& l, const std::string& dir);
   /// A remote task's outcome, from the cluster link's thread.
   void remote_finished(bridge::task_outcome&& o);
   /// The cluster is gone: every remote task in flight fails with node_died_error.
@@ -200,6 +204,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::unique_ptr<scheduler> sched_;  ///< guarded by mu_
   std::unique_ptr<memory_monitor> monitor_;  ///< options.memory_threshold; made last, stopped first
   std::unique_ptr<observe::control_server> address_;  ///< the tools' socket; stopped before the rest
+  /// The head this runtime hosts as rank 0 of a launch (outlives cluster_).
+  std::unique_ptr<launch_head> launch_head_;
   /// The cluster this runtime drives, if it joined one (set once, before any submission).
   std::unique_ptr<cluster_driver> cluster_;
 
