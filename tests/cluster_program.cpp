@@ -17,6 +17,7 @@
 #include <fstream>
 #include <numeric>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -122,12 +123,22 @@ void basic() {
     check(std::string(e.what()).find("nowhere") != std::string::npos,
           std::string("a resource no node has is refused at submission: ") + e.what());
   }
+  try {
+    manta::get(manta::task(big_from).resources(on_special).remote(9'000'000));  // 72 MB
+    check(false, "a result too large to travel fails, naming the limit");
+  } catch (const manta::error& e) {
+    check(std::string(e.what()).find("MiB") != std::string::npos,
+          std::string("a result too large to travel fails, naming the limit: ") + e.what());
+  }
   std::vector<manta::object_ref<int>> many;
   for (int i = 0; i < 300; ++i) many.push_back(manta::task(add_one).resources(on_special).remote(i));
   auto values = manta::get(many);
   check(std::accumulate(values.begin(), values.end(), 0) == 300 * 301 / 2, "300 remote tasks, every result right");
   auto listed = manta::nodes();
   check(listed.size() >= 2 && listed[1].resources.count("special") == 1, "nodes() lists the cluster's nodes");
+  // Left running at shutdown: a remote task, and one waiting for it (shutdown must not trip on them).
+  auto running = manta::task(nap_where).resources(on_special).remote(300);
+  auto waiting = manta::task(add_one).resources(on_special).remote(running);
 }
 
 /// Plain tasks (no resource asked) spill to a node while this one's workers are busy.
@@ -153,6 +164,49 @@ void launched(std::size_t nodes) {
                                 std::to_string(nodes + 1) + " ranks' runtimes");
   int node = manta::get(manta::task(where).resources({{"special", 1}}).remote());
   check(node != ::getpid(), "a task needing 'special' ran on another rank (pid " + std::to_string(node) + ")");
+}
+
+/// The pid of `parent`'s child named `comm` (0 if none).
+int child_named(int parent, const std::string& comm) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    auto open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    int ppid = 0;
+    char state;
+    std::istringstream(line.substr(close + 2)) >> state >> ppid;
+    if (ppid == parent && line.substr(open + 1, close - open - 1) == comm) return std::atoi(line.c_str());
+  }
+  return 0;
+}
+
+/// A node whose processes are lost (its zygote killed) leaves; its task runs on the other.
+void zygote_lost() {
+  auto ref = manta::task(slow_where).resources({{"special", 1}}).remote(3000);
+  int first = first_mark();
+  int zygote = child_named(first, "manta-zygote");
+  check(zygote > 0, "the node running the task has a zygote (" + std::to_string(zygote) + ")");
+  ::kill(zygote, SIGKILL);
+  int second = manta::get(ref, std::chrono::seconds(60));
+  check(second > 0 && second != first, "the task ran again on the other node after the first lost its processes");
+}
+
+/// A frozen node (SIGSTOP) is lost within the heartbeat limit, and nobody else waits on it.
+void frozen() {
+  auto ref = manta::task(slow_where).resources({{"special", 1}}).remote(2000);
+  int first = first_mark();
+  ::kill(first, SIGSTOP);
+  auto stopped = std::chrono::steady_clock::now();
+  bool seen = wait_for([] { return alive_nodes() == 1; }, std::chrono::seconds(10));
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - stopped).count();
+  check(seen, "the frozen node was declared lost after " + std::to_string(static_cast<int>(ms)) + " ms");
+  int second = manta::get(ref, std::chrono::seconds(60));
+  check(second > 0 && second != first, "its task ran again on the other node");
+  check(manta::get(manta::task(where).resources({{"special", 1}}).remote()) == second,
+        "the cluster goes on with the other node");
+  ::kill(first, SIGCONT);  // it finds itself dropped, and exits
 }
 
 void node_lost() {
@@ -207,7 +261,8 @@ int main(int argc, char** argv) {
   if (argc != 3) return 2;
   manta::init({.num_workers = 1});
   const std::size_t want = std::strtoul(argv[2], nullptr, 10);
-  if (!wait_for([&] { return alive_nodes() >= want; }, std::chrono::seconds(20))) {
+  // basic: its nodes joined before it started, and init returns knowing them.
+  if (std::string(argv[1]) != "basic" && !wait_for([&] { return alive_nodes() >= want; }, std::chrono::seconds(20))) {
     std::printf("FAILED: %zu nodes never joined\n", want);
     return 1;
   }
@@ -215,6 +270,8 @@ int main(int argc, char** argv) {
   if (scenario == "basic") basic();
   else if (scenario == "node_lost") node_lost();
   else if (scenario == "spill") spill();
+  else if (scenario == "zygote_lost") zygote_lost();
+  else if (scenario == "frozen") frozen();
   else if (scenario == "launched") launched(want);
   else if (scenario == "head_lost") head_lost();
   else return 2;

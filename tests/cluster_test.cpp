@@ -163,6 +163,30 @@ TEST_F(cluster, a_task_on_a_killed_node_runs_again_on_another) {
       << "the killed node's zygote and workers went with it";
 }
 
+TEST_F(cluster, a_node_that_loses_its_processes_leaves_and_its_task_runs_elsewhere) {
+  pid_t a = member(true, {"special"}, "node-1.log");
+  pid_t b = member(true, {"special"}, "node-2.log");
+  pid_t driver = member(false, {"zygote_lost", "2"}, "driver.log");
+  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
+  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  int sa = finish(a, 20s), sb = finish(b, 20s);
+  EXPECT_TRUE((sa == 0 && sb == 3) || (sa == 3 && sb == 0)) << "the node that lost its runtime exits 3: " << sa << " "
+                                                            << sb;
+}
+
+TEST_F(cluster, a_frozen_node_is_lost_within_the_heartbeat_limit_and_holds_up_nobody) {
+  pid_t a = member(true, {"special"}, "node-1.log");
+  pid_t b = member(true, {"special"}, "node-2.log");
+  pid_t driver = member(false, {"frozen", "2"}, "driver.log");
+  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
+  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  int sa = finish(a, 20s), sb = finish(b, 20s);
+  EXPECT_TRUE((sa == 0 && sb == 3) || (sa == 3 && sb == 0)) << "the thawed node finds itself dropped: " << sa << " "
+                                                            << sb;
+}
+
 TEST_F(cluster, a_lost_head_fails_remote_work_and_every_node_exits) {
   pid_t node = member(true, {"special"}, "node-1.log");
   pid_t driver = member(false, {"head_lost", "1"}, "driver.log");

@@ -14,7 +14,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <limits>
 #include <cstring>
 #include <system_error>
 
@@ -31,9 +34,16 @@ using nlohmann::json;
 
 namespace {
 
-/// How long a frame may take to leave; a peer that reads nothing for this
-/// long is dropped rather than holding a thread.
-constexpr auto send_limit = std::chrono::seconds(5);
+/// How long a frame may take to leave: 5 s, and a second more per 8 MiB (a
+/// peer that reads slower than that is dropped rather than holding a thread).
+io_clock::duration send_limit_for(std::size_t bytes) {
+  return std::chrono::seconds(5) + std::chrono::seconds(bytes >> 23);
+}
+/// Bytes at most waiting to go to one peer.
+constexpr std::size_t max_queued = 512u << 20;
+/// How often a reader looks whether bytes arrived (a long frame on its way
+/// counts as a sign of life, not only whole frames).
+constexpr auto progress_every = std::chrono::milliseconds(250);
 /// Connections at most that have not proved the token yet.
 constexpr std::ptrdiff_t max_handshakes = 32;
 
@@ -81,8 +91,8 @@ std::pair<std::string, unsigned short> split_address(const std::string& address)
 // ---- the head
 
 struct head::connection {
-  /// Read only by its server thread, which alone closes it (under fd_mu, set
-  /// to -1); other threads send or shut it down under fd_mu.
+  /// Read by its server and writer threads; closed by the server thread (under
+  /// fd_mu, set to -1) only once its writer has ended; shut down by any thread.
   int fd = -1;
   std::mutex fd_mu;
   std::string node_id;  ///< set once it joined: "node-N" or "driver-N" (under the head's mu_)
@@ -93,10 +103,81 @@ struct head::connection {
   std::atomic<bool> finished{false};  ///< its thread has ended: join it
   std::atomic<bool> proved{false};    ///< the peer proved the token
 
+  // What goes out, written by a thread of its own: no thread of the head ever
+  // waits on a slow peer (a serve thread would stop reading its own peer, the
+  // watcher would stall every other).
+  std::mutex out_mu;
+  std::condition_variable out_cv;
+  std::deque<std::string> outq;  // under out_mu
+  std::size_t queued = 0;        // bytes in outq, under out_mu
+  bool writing = false;          // the writer holds a frame it took (under out_mu)
+  bool out_closed = false;       // nothing more is queued (under out_mu)
+  std::thread writer;
+
+  /// Queues a frame; never blocks. @throws io_error if the connection is
+  /// closed, or its peer reads so slowly that max_queued bytes wait for it
+  /// (it is then dropped)
   void send(frame_type type, std::string_view body) {
-    std::lock_guard lock(fd_mu);
-    if (fd < 0) throw io_error("manta bridge: the connection is closed");
-    send_all(fd, encode(type, body), io_clock::now() + send_limit);
+    std::string bytes = encode(type, body);
+    {
+      std::lock_guard lock(out_mu);
+      if (out_closed) throw io_error("manta bridge: the connection is closed");
+      if (queued + bytes.size() > max_queued) {
+        out_closed = true;
+        shut();
+        throw io_error("manta bridge: the peer reads too slowly (" + std::to_string(queued >> 20) +
+                       " MiB wait for it); dropped");
+      }
+      queued += bytes.size();
+      outq.push_back(std::move(bytes));
+    }
+    out_cv.notify_all();
+  }
+  void start_writer() {
+    writer = std::thread([this] {
+      for (;;) {
+        std::string bytes;
+        {
+          std::unique_lock lock(out_mu);
+          out_cv.wait(lock, [&] { return out_closed || !outq.empty(); });
+          if (outq.empty()) return;  // closed, everything written
+          bytes = std::move(outq.front());
+          outq.pop_front();
+          queued -= bytes.size();
+          writing = true;
+        }
+        bool ok = true;
+        try {
+          send_all(fd, bytes, io_clock::now() + send_limit_for(bytes.size()));
+        } catch (const std::exception&) {
+          ok = false;
+        }
+        std::lock_guard lock(out_mu);
+        writing = false;
+        out_cv.notify_all();
+        if (!ok) {  // half a frame may have left: the connection cannot go on
+          out_closed = true;
+          outq.clear();
+          queued = 0;
+          shut();
+          return;
+        }
+      }
+    });
+  }
+  /// Waits until what was queued has been written (or `until`).
+  void flush(io_clock::time_point until) {
+    std::unique_lock lock(out_mu);
+    out_cv.wait_until(lock, until, [&] { return outq.empty() && !writing; });
+  }
+  /// Writes what is queued (bounded), then ends the writer.
+  void stop_writer() {
+    {
+      std::lock_guard lock(out_mu);
+      out_closed = true;
+    }
+    out_cv.notify_all();
+    if (writer.joinable()) writer.join();
   }
   /// Ends the server thread's reads (it then closes the connection).
   void shut() {
@@ -141,6 +222,8 @@ head::~head() {
     std::lock_guard lock(mu_);
     all = connections_;
   }
+  const auto until = io_clock::now() + std::chrono::seconds(2);
+  for (auto& c : all) c->flush(until);  // the stops leave before the connections close
   for (auto& c : all) c->shut();  // ends each server's read (no new ones: the acceptor is gone)
   for (auto& c : all) c->thread.join();
   ::close(listen_fd_);
@@ -181,6 +264,7 @@ void head::accept_loop() {
     try {
       c->thread = std::thread([this, c] {
         serve(c);
+        c->stop_writer();  // what was queued (a reply, a refusal) goes first, within its limit
         c->close();
         c->finished.store(true, std::memory_order_release);
       });
@@ -219,6 +303,7 @@ void head::serve(std::shared_ptr<connection> c) {
     frame_decoder in;  // one for the connection's life: nothing that arrives early is lost
     authenticate_peer(c->fd, cfg_.token, in);
     c->proved.store(true, std::memory_order_release);
+    c->start_writer();
     frame f;
     if (receive(c->fd, in, io_clock::now() + std::chrono::seconds(5), f, wake_fd_) != receive_status::frame)
       return finish("it said nothing after the handshake");
@@ -285,10 +370,19 @@ void head::serve(std::shared_ptr<connection> c) {
     }
     send_all_of(out);
     // Heartbeats, answered, tasks and outcomes, until the connection ends or the watcher drops it.
+    std::size_t seen = in.pending();
     for (;;) {
-      receive_status st = receive(c->fd, in, io_clock::time_point::max(), f, -1);
+      receive_status st = receive(c->fd, in, io_clock::now() + progress_every, f, -1);
       if (st == receive_status::closed) return finish("its connection closed (the process ended, or its machine)");
-      if (st != receive_status::frame) continue;
+      if (st != receive_status::frame) {
+        if (in.pending() != seen) {  // part of a long frame: the peer is alive
+          seen = in.pending();
+          std::lock_guard lock(mu_);
+          c->last_heard = io_clock::now();
+        }
+        continue;
+      }
+      seen = in.pending();
       out.clear();
       {
         std::lock_guard lock(mu_);
@@ -313,16 +407,18 @@ void head::watch_heartbeats() {
     ::poll(&w, 1, 100);
     if (stopping_) return;
     std::vector<outgoing> out;
+    std::vector<std::shared_ptr<connection>> silent;
     {
       std::lock_guard lock(mu_);
       const auto now = io_clock::now();
       for (auto& c : connections_) {
         if (c->done || c->node_id.empty() || now - c->last_heard < cfg_.lost_after) continue;
         c->done = true;
-        c->shut();  // its server thread ends
+        silent.push_back(c);
         lose_member(*c, "no heartbeat for " + std::to_string(cfg_.lost_after.count()) + " ms", out);
       }
     }
+    for (auto& c : silent) c->shut();  // its server thread ends
     send_all_of(out);
   }
 }
@@ -418,7 +514,7 @@ void head::route_task(const std::shared_ptr<connection>& driver, std::string_vie
   r.num_cpus = t.num_cpus;
   r.num_gpus = t.num_gpus;
   r.resources = t.resources;
-  r.retries_left = std::max(0, t.max_retries);
+  r.retries_left = t.max_retries < 0 ? std::numeric_limits<int>::max() : t.max_retries;  // negative: no limit
   std::string why;
   std::shared_ptr<connection> node = place(r, why);
   if (!node) {
@@ -603,8 +699,16 @@ node_link::~node_link() {
 }
 
 void node_link::send(frame_type type, std::string_view body) {
+  std::string bytes = encode(type, body);
   std::lock_guard lock(send_mu_);
-  send_all(fd_, encode(type, body), io_clock::now() + send_limit);
+  try {
+    send_all(fd_, bytes, io_clock::now() + send_limit_for(bytes.size()));
+  } catch (const io_error&) {
+    // Part of a frame may have left: the link cannot go on. Its reader sees it
+    // closed and ends it (on_end), so nothing waits on a frame that never arrives.
+    ::shutdown(fd_, SHUT_RDWR);
+    throw;
+  }
 }
 
 void node_link::run() {
@@ -614,6 +718,7 @@ void node_link::run() {
     frame f;
     auto last_heard = io_clock::now();
     auto next_beat = io_clock::now();
+    std::size_t seen = in.pending();
     for (;;) {
       if (io_clock::now() >= next_beat) {
         send(frame_type::heartbeat, "");
@@ -625,6 +730,8 @@ void node_link::run() {
         why = "the head was lost (its connection closed)";
         break;
       }
+      if (st != receive_status::frame && in.pending() != seen) last_heard = io_clock::now();  // a long frame arrives
+      seen = in.pending();
       if (st == receive_status::frame) {
         last_heard = io_clock::now();
         if (f.type == frame_type::stop) {

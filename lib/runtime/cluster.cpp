@@ -76,25 +76,38 @@ cluster_driver::cluster_driver(node_runtime& rt, const std::string& address, con
       [this](bridge::frame&& f) { on_frame(std::move(f)); });
   try {
     sender_ = std::thread([this] { send_loop(); });
+    applier_ = std::thread([this] { apply_loop(); });
   } catch (...) {
-    link_.reset();
+    leave();
     throw;
   }
+  // The head sends the node table right after `joined`: a task submitted as
+  // soon as init returns must find the nodes there.
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, std::chrono::seconds(5), [&] { return version_ > 0 || !lost_.empty(); });
 }
 
-cluster_driver::~cluster_driver() {
+cluster_driver::~cluster_driver() { leave(); }
+
+void cluster_driver::leave() {
   {
     std::lock_guard lock(mu_);
+    if (left_) return;
+    left_ = true;
     stopping_ = true;
+    queue_.clear();
+    outcomes_.clear();
   }
   cv_.notify_all();
-  sender_.join();
+  if (sender_.joinable()) sender_.join();
+  if (applier_.joinable()) applier_.join();
   link_.reset();  // the head sees the connection close and drops this driver's tasks
 }
 
 std::string cluster_driver::lacking(const detail::task_options& o) const {
   std::lock_guard lock(mu_);
   if (!lost_.empty()) return "the cluster is gone (" + lost_ + ")";
+  if (stopping_) return "this driver is leaving the cluster";
   std::string first;
   for (const auto& n : table_) {
     std::string lack = bridge::lacking(n.resources, o.num_cpus, o.num_gpus, o.resources);
@@ -106,7 +119,7 @@ std::string cluster_driver::lacking(const detail::task_options& o) const {
 
 double cluster_driver::spare_cpus(const detail::task_options& o) const {
   std::lock_guard lock(mu_);
-  if (!lost_.empty()) return 0;
+  if (!lost_.empty() || stopping_) return 0;
   double cpus = 0;
   for (const auto& n : table_) {
     if (!n.alive || !bridge::lacking(n.resources, o.num_cpus, o.num_gpus, o.resources).empty()) continue;
@@ -122,7 +135,7 @@ bool cluster_driver::send(bridge::remote_task t) {
     if (!lost_.empty() || stopping_) return false;
     queue_.push_back(std::move(t));
   }
-  cv_.notify_one();
+  cv_.notify_all();  // the sender, not the applier, waits for this
   return true;
 }
 
@@ -141,27 +154,43 @@ void cluster_driver::send_loop() {
     bridge::remote_task t;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
+      cv_.wait(lock, [&] { return stopping_ || !lost_.empty() || !queue_.empty(); });
+      if (stopping_ || !lost_.empty()) return;  // what was queued fails with the cluster (cluster_lost)
       t = std::move(queue_.front());
       queue_.pop_front();
     }
     try {
       link_->send(bridge::frame_type::run_task, bridge::encode_task(t));
-    } catch (const std::exception& e) {
-      // The link is failing: its end (on_end) fails every task sent and unanswered.
-      // This one may never have left, so it fails now.
-      bridge::task_outcome o = failed_outcome(
-          t.id, {ipc::error_kind::node_died, "manta::node_died_error",
-                 "manta: task '" + t.name + "' could not be sent to the cluster: " + e.what(), t.name, {}, 0, 0, {}});
-      rt_.remote_finished(std::move(o));
+    } catch (const std::exception&) {
+      // The link broke (send shut it down): its end fails every task sent and
+      // unanswered, this one with them (it waits in the runtime's remote lane).
+      return;
     }
+  }
+}
+
+void cluster_driver::apply_loop() {
+  for (;;) {
+    bridge::task_outcome o;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !outcomes_.empty(); });
+      if (stopping_) return;
+      o = std::move(outcomes_.front());
+      outcomes_.pop_front();
+    }
+    rt_.remote_finished(std::move(o));
   }
 }
 
 void cluster_driver::on_frame(bridge::frame&& f) {
   if (f.type == bridge::frame_type::task_result) {
-    rt_.remote_finished(bridge::decode_outcome(f.body));  // malformed: throws, and the link ends
+    bridge::task_outcome o = bridge::decode_outcome(f.body);  // malformed: throws, and the link ends
+    {
+      std::lock_guard lock(mu_);
+      outcomes_.push_back(std::move(o));
+    }
+    cv_.notify_all();
   } else if (f.type == bridge::frame_type::cluster_update) {
     std::vector<manta::node_info> table;
     std::uint64_t version = 0;
@@ -174,11 +203,14 @@ void cluster_driver::on_frame(bridge::frame&& f) {
     } catch (const json::exception& e) {
       throw bridge::wire_error(std::string("manta: a malformed node table from the head: ") + e.what());
     }
-    std::lock_guard lock(mu_);
-    if (version > version_) {
-      version_ = version;
-      table_ = std::move(table);
+    {
+      std::lock_guard lock(mu_);
+      if (version > version_) {
+        version_ = version;
+        table_ = std::move(table);
+      }
     }
+    cv_.notify_all();
   }
 }
 
@@ -189,6 +221,7 @@ void cluster_driver::on_end(const std::string& why) {
     lost_ = why.empty() ? "the cluster was stopped" : why;
     lost = lost_;
     for (auto& n : table_) n.alive = false;
+    queue_.clear();  // never sent: they fail below with the rest
   }
   cv_.notify_all();
   rt_.cluster_lost(lost);
@@ -270,10 +303,9 @@ bridge::task_outcome finish(node_runtime& rt, job& j) {
 }  // namespace
 
 std::string serve_as_node(node_runtime& rt, const std::string& address, const std::string& token) {
-  std::mutex mu;  // jobs, answers, ended, done
+  std::mutex mu;  // inbox, ended, done
   std::condition_variable cv;
-  std::vector<job> jobs;
-  std::vector<bridge::task_outcome> answers;  ///< tasks that could not even start
+  std::deque<bridge::remote_task> inbox;  ///< from the head, not submitted yet
   std::string ended;
   bool done = false;
 
@@ -288,70 +320,99 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         cv.notify_all();
       },
       [&](bridge::frame&& f) {
+        // Only decoded here: the link's thread must keep reading (submitting may
+        // put large arguments into the arena, and spill).
         if (f.type != bridge::frame_type::run_task) return;
         bridge::remote_task t = bridge::decode_task(f.body);  // malformed: the link ends
-        process::context_use use;
-        std::optional<job> j;
-        std::optional<bridge::task_outcome> refused;
-        try {
-          j = start(rt, t);
-        } catch (const std::exception& e) {
-          refused = failed_outcome(t.id, ipc::error_from_exception(std::current_exception(), t.name, ::getpid()));
-        }
         std::lock_guard lock(mu);
-        if (j) jobs.push_back(std::move(*j));
-        if (refused) answers.push_back(std::move(*refused));
+        inbox.push_back(std::move(t));
         cv.notify_all();
       });
   const std::string me_id = link.node_id();
   std::fprintf(stderr, "manta: joined the cluster at %s as %s\n", address.c_str(), me_id.c_str());
 
+  auto answer = [&](bridge::task_outcome o) {
+    o.node = me_id;
+    std::string body;
+    try {
+      body = bridge::encode_outcome(o);
+      if (body.size() > bridge::max_frame_body) throw bridge::wire_error("over the frame limit");
+    } catch (const std::exception&) {
+      // Too large to travel (results, or an error's text): the driver hears why, not nothing.
+      body = bridge::encode_outcome(failed_outcome(
+          o.id, usage("manta: the outcome of a task is over the " + std::to_string(bridge::max_frame_body >> 20) +
+                          " MiB a frame may carry between nodes",
+                      o.error.function)));
+    }
+    try {
+      link.send(bridge::frame_type::task_result, body);
+    } catch (const std::exception&) {  // the link broke (send ended it): its callback says why
+    }
+  };
+
+  std::vector<job> running;
   std::vector<detail::ref_node*> watch;
   std::vector<bool> ready;
+  std::string why;
   for (;;) {
-    std::vector<job> running;
-    std::vector<bridge::task_outcome> out;
+    std::deque<bridge::remote_task> arrived;
     {
       std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return done || !jobs.empty() || !answers.empty(); });
-      if (done) break;
-      running.swap(jobs);
-      out.swap(answers);
+      cv.wait(lock, [&] { return done || !inbox.empty() || !running.empty(); });
+      if (done) {
+        why = ended.find("stopped") != std::string::npos ? std::string() : ended;
+        break;
+      }
+      arrived.swap(inbox);
     }
-    {
-      process::context_use use;
+    if (rt.lost()) {
+      // Its processes are gone: the head must send its tasks elsewhere, which it
+      // does once this node leaves.
+      why = "this node's runtime was lost: " + rt.lost_why();
+      break;
+    }
+    // A task that failed because this node's processes are gone is not answered:
+    // the node leaves, and the head runs it elsewhere.
+    auto runtime_lost = [](const bridge::task_outcome& o) {
+      return !o.ok && o.error.kind == static_cast<std::uint8_t>(ipc::error_kind::node_died);
+    };
+    process::context_use use;
+    bool lost = false;
+    for (auto& t : arrived) {
+      try {
+        running.push_back(start(rt, t));
+      } catch (const std::exception&) {
+        auto o = failed_outcome(t.id, ipc::error_from_exception(std::current_exception(), t.name, ::getpid()));
+        if (runtime_lost(o)) lost = true;
+        else answer(std::move(o));
+      }
+    }
+    if (!running.empty() && !lost) {
       watch.clear();
       for (const auto& j : running) watch.insert(watch.end(), j.returns.begin(), j.returns.end());
-      // Tasks that arrive meanwhile are picked up when this returns: a short wait.
-      if (!watch.empty()) rt.wait(watch, 1, detail::clock::now() + std::chrono::milliseconds(2), ready);
+      // Tasks that arrive meanwhile are taken when this returns: a short wait.
+      rt.wait(watch, 1, detail::clock::now() + std::chrono::milliseconds(2), ready);
       std::size_t at = 0;
       for (auto& j : running) {
         bool all = true;
         for (std::size_t i = 0; i < j.returns.size(); ++i) all = all && ready[at + i];
         at += j.returns.size();
-        if (all) {
-          out.push_back(finish(rt, j));
-          out.back().node = me_id;
-        }
+        if (!all || lost) continue;
+        bridge::task_outcome o = finish(rt, j);
+        if (runtime_lost(o)) lost = true;
+        else answer(std::move(o));
       }
+      std::erase_if(running, [](const job& j) { return j.returns.empty() || !j.returns[0]; });
     }
-    {
-      std::lock_guard lock(mu);
-      for (auto& j : running)
-        if (!j.returns.empty() && j.returns[0]) jobs.push_back(std::move(j));
-    }
-    for (auto& o : out) {
-      o.node = me_id;
-      try {
-        link.send(bridge::frame_type::task_result, bridge::encode_outcome(o));
-      } catch (const std::exception&) {  // the link is ending: its callback says why
-      }
+    if (lost) {
+      why = "this node's runtime was lost" + (rt.lost() ? ": " + rt.lost_why() : std::string());
+      break;
     }
   }
   process::context_use use;
-  for (auto& j : jobs)
+  for (auto& j : running)
     for (auto* n : j.returns) detail::release(n);
-  return ended.find("stopped") != std::string::npos ? std::string() : ended;
+  return why;
 }
 
 // ---- launchers

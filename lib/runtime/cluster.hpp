@@ -40,8 +40,12 @@ class cluster_driver {
   /// @throws bridge::join_error saying why it could not
   cluster_driver(node_runtime& rt, const std::string& address, const std::string& token,
                  std::map<std::string, double> resources);
-  /// Leaves the cluster (the head drops this driver's tasks); waits for its threads.
+  /// Leaves the cluster (leave()).
   ~cluster_driver();
+  /// Leaves the cluster: the head drops this driver's tasks, nothing more comes
+  /// back, and nothing more is sent. Waits for its threads; the object stays
+  /// usable (send refuses, the table stays) until destroyed.
+  void leave();
   cluster_driver(const cluster_driver&) = delete;
   cluster_driver& operator=(const cluster_driver&) = delete;
 
@@ -62,6 +66,9 @@ class cluster_driver {
   void on_frame(bridge::frame&& f);
   void on_end(const std::string& why);
   void send_loop();
+  /// Hands outcomes to the runtime, off the link's thread (which must keep
+  /// reading: sealing a large result may spill the arena).
+  void apply_loop();
 
   node_runtime& rt_;
   mutable std::mutex mu_;  // table_, version_, lost_, queue_, stopping_
@@ -70,9 +77,11 @@ class cluster_driver {
   std::uint64_t version_ = 0;
   std::string lost_;
   std::deque<bridge::remote_task> queue_;
+  std::deque<bridge::task_outcome> outcomes_;  // under mu_
   bool stopping_ = false;
+  bool left_ = false;
   std::unique_ptr<bridge::node_link> link_;
-  std::thread sender_;
+  std::thread sender_, applier_;
 };
 
 /// A process started by a launcher that started several (mpirun, srun): rank 0

@@ -261,7 +261,9 @@ void node_runtime::begin_stop() {
     dir_->wake_all();
     std::this_thread::yield();
   }
-  cluster_.reset();  // leaves the cluster: nothing more comes back from it
+  // Leaves the cluster: nothing more comes back from it. (The object stays until
+  // finish_stop: a thread may still read it under the scheduler's mutex.)
+  if (cluster_) cluster_->leave();
   launch_head_.reset();  // a launch's head: every node is told to stop
 }
 
@@ -272,6 +274,7 @@ void node_runtime::finish_stop() {
     std::lock_guard lock(mu_);
     sched_->stopping();
   }
+  cluster_.reset();
   zygote_->stop(5);  // it kills and reaps every process, then exits
   output_->stop();   // every writer is dead: the output pipes end with EOF
   // Drop every internal hold; what users still hold becomes an orphan.
@@ -366,6 +369,11 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   auto refuse = [&](ipc::error_kind kind, const char* type, std::string message) {
     return ipc::error_info{kind, type, std::move(message), t.name(), {}, 0, 0, {}};
   };
+  for (const object_entry* e : t.deps)
+    if (!e->contained.empty())
+      return refuse(ipc::error_kind::usage, "manta::usage_error",
+                    "manta: task '" + t.name() + "' needs another node, and an argument holds object_refs, "
+                    "which cannot travel between nodes yet");
   bridge::remote_task out;
   out.id = t.key;
   out.function = t.fn->id;
@@ -393,9 +401,13 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
       object_entry* e = t.deps[a.size_or_index];
       if (out.args.size() + e->size > limit) return;  // refused below
       store_->pin(e);  // back from the spill file, if it is there
+      struct unpin_at_end {
+        object_store& s;
+        object_entry* e;
+        ~unpin_at_end() { s.unpin(e); }
+      } pinned{*store_, e};
       process::append_arg_header(out.args, process::arg_kind::value, e->type_tag, static_cast<std::uint32_t>(e->size));
       out.args.append(reinterpret_cast<const char*>(e->data()), e->size);
-      store_->unpin(e);
     });
   } catch (const std::exception&) {
     return ipc::error_from_exception(std::current_exception(), t.name(), pid_);
@@ -415,6 +427,8 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
 
 bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
   if (!cluster_ || t.actor || t.mode == detail::call_mode::construct || !t.contained.empty()) return false;
+  for (const object_entry* e : t.deps)
+    if (!e->contained.empty()) return false;  // its refs cannot travel
   return cluster_->spare_cpus(t.options) > static_cast<double>(in_flight);
 }
 

@@ -129,6 +129,11 @@ void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_locati
 void scheduler::fail_remote(const ipc::error_info& why) {
   while (!remote_.empty()) {
     task_spec* t = remote_.front();
+    if (t->spilled) {  // this node can run it: it waits here again, first in line
+      t->remote = t->spilled = false;
+      graph_.enter(t, graph_.ready(), /*at_front=*/true);
+      continue;
+    }
     ipc::error_info e = why;
     e.function = t->name();
     e.message = "manta: task '" + t->name() + "' was sent to the cluster, and " + why.message;
@@ -153,12 +158,12 @@ void scheduler::dispatch() {
     worker_state* w = place_.pick(*t);
     if (!w && host_.remote_room(*t, remote_.size())) {
       // It would queue here while a node of the cluster has a CPU free: it goes there.
-      t->remote = true;
+      t->remote = t->spilled = true;
       if (!host_.send_remote(*t)) {
         graph_.enter(t, remote_);  // takes it out of the ready queue
         continue;
       }
-      t->remote = false;  // it could not go: it waits here
+      t->remote = t->spilled = false;  // it could not go: it waits here
     }
     if (!w) {
       if (place_.blocks_later(*t)) break;

@@ -64,7 +64,8 @@ struct task_spec : pool_allocated {
   bool blocked = false;   ///< waits in get/wait on its worker (its CPU is lent)
   bool inputs_pinned = false;  ///< its large arguments are kept in the arena (while sent)
   bool cancelled = false;  ///< cancelled while in flight: its results already failed
-  bool remote = false;  ///< this node cannot run it: it goes to the cluster (runtime/cluster.hpp)
+  bool remote = false;  ///< it goes to the cluster (runtime/cluster.hpp)
+  bool spilled = false;  ///< remote only because it would have queued here: it may come back
   std::uint64_t grant = ipc::no_offset;  ///< extent offered for its result, while in flight
   /// Its expected run time when sent (placement's estimate; infinite: unknown or blocking).
   double expected_ns = 0;
