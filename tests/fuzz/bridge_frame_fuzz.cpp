@@ -1,10 +1,14 @@
 // bridge_frame_fuzz: arbitrary bytes arrive on a cluster connection, in
 // arbitrary pieces, as from a broken or hostile peer. The frame decoder must
 // hand out whole frames or throw wire_error: never crash, never read out of
-// bounds, never keep more than the limit allows.
+// bounds, never keep more than the limit allows. Every frame's body then meets
+// the task and outcome decoders (what the head, a node and a driver read),
+// which must decode it or throw wire_error, and whose output re-encodes to
+// something that decodes to the same.
 #include <cstddef>
 #include <cstdint>
 
+#include "bridge/task_wire.hpp"
 #include "bridge/wire.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -24,6 +28,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         again.feed(bytes.data(), bytes.size());
         auto back = again.next();
         if (!back || back->type != f->type || back->body != f->body) __builtin_trap();
+        try {
+          remote_task t = decode_task(f->body);
+          remote_task t2 = decode_task(encode_task(t));
+          if (t2.id != t.id || t2.args != t.args || t2.name != t.name || t2.resources != t.resources) __builtin_trap();
+          if (peek_id(with_id(f->body, 7)) != 7) __builtin_trap();
+        } catch (const wire_error&) {
+        }
+        try {
+          task_outcome o = decode_outcome(f->body);
+          task_outcome o2 = decode_outcome(encode_outcome(o));
+          if (o2.ok != o.ok || o2.values.size() != o.values.size() || o2.error.message != o.error.message)
+            __builtin_trap();
+          for (std::size_t i = 0; i < o.values.size(); ++i)
+            if (o2.values[i].bytes != o.values[i].bytes || o2.values[i].tag != o.values[i].tag) __builtin_trap();
+        } catch (const wire_error&) {
+        }
       }
     }
   } catch (const wire_error&) {
