@@ -8,9 +8,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -211,6 +213,25 @@ TEST(cluster_launch, mpirun_n_3_makes_rank_0_the_driver_and_the_others_nodes) {
   EXPECT_TRUE(std::filesystem::is_empty(dir)) << "rank 0 removed the launch's files";
   std::filesystem::remove_all(dir);
 }
+
+#ifdef CLUSTER_SAMPLE
+TEST(cluster_launch, the_cluster_sample_spreads_its_blocks_over_mpiruns_ranks) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun (tools/setup.sh installs it)";
+  const std::string dir = manta::testing::temp_path("sample");
+  std::filesystem::create_directories(dir);
+  const std::string out = sh("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MANTA_LAUNCH_DIR=" + dir +
+                             " mpirun --oversubscribe -n 3 " + CLUSTER_SAMPLE + " 60 1200; echo exit=$?");
+  EXPECT_NE(out.find("3 nodes:"), std::string::npos) << out;
+  EXPECT_NE(out.find("results match: yes"), std::string::npos) << out;
+  EXPECT_NE(out.find("exit=0"), std::string::npos) << out;
+  // Blocks ran on more than one node (the driver's two workers cannot take 60 blocks at once).
+  std::string line = out.substr(out.find("blocks per node:"));
+  line = line.substr(0, line.find('\n'));
+  const std::regex entry("[0-9a-f]{8} [0-9]+");
+  EXPECT_GE(std::distance(std::sregex_iterator(line.begin(), line.end(), entry), std::sregex_iterator()), 2) << out;
+  std::filesystem::remove_all(dir);
+}
+#endif
 
 TEST(cluster_launch, srun_ranks_from_slurms_environment_form_the_cluster) {
   // srun's environment as Slurm sets it for each task of a step, set here by the test.
