@@ -136,6 +136,9 @@ void basic() {
   check(std::accumulate(values.begin(), values.end(), 0) == 300 * 301 / 2, "300 remote tasks, every result right");
   auto listed = manta::nodes();
   check(listed.size() >= 2 && listed[1].resources.count("special") == 1, "nodes() lists the cluster's nodes");
+  check(manta::cluster_resources()["special"] == 2 &&
+            manta::cluster_resources()["CPU"] == listed[0].resources["CPU"] + listed[1].resources["CPU"],
+        "cluster_resources() adds the nodes up");
   // Left running at shutdown: a remote task, and one waiting for it (shutdown must not trip on them).
   auto running = manta::task(nap_where).resources(on_special).remote(300);
   auto waiting = manta::task(add_one).resources(on_special).remote(running);

@@ -252,7 +252,7 @@ inline std::vector<int> gpu_ids() { return detail::current_gpu_ids(); }
 /// Resources free right now: "CPU", "GPU" and custom ones.
 inline std::map<std::string, double> available_resources() { return detail::node_resources(true); }
 
-/// Resources the node (the cluster, with the bridge) offers in total.
+/// Resources offered in total: this node's, and on a cluster's driver every alive node's added.
 inline std::map<std::string, double> cluster_resources() { return detail::node_resources(false); }
 
 }  // namespace manta

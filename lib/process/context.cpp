@@ -197,7 +197,13 @@ std::vector<int> current_gpu_ids() {
 
 std::map<std::string, double> node_resources(bool available_only) {
   context_use use;
-  return require_context("available_resources").resources(available_only);
+  process::process_context& c = require_context(available_only ? "available_resources" : "cluster_resources");
+  std::map<std::string, double> all = c.resources(available_only);
+  if (!available_only)  // the cluster's other nodes, while alive
+    for (const auto& n : c.cluster_nodes())
+      if (n.alive)
+        for (const auto& [name, amount] : n.resources) all[name] += amount;
+  return all;
 }
 
 std::size_t worker_count() {
