@@ -108,7 +108,11 @@ struct head::connection {
   // watcher would stall every other).
   std::mutex out_mu;
   std::condition_variable out_cv;
-  std::deque<std::string> outq;  // under out_mu
+  struct queued_frame {
+    std::string header;
+    std::shared_ptr<const std::string> body;
+  };
+  std::deque<queued_frame> outq;  // under out_mu
   std::size_t queued = 0;        // bytes in outq, under out_mu
   bool writing = false;          // the writer holds a frame it took (under out_mu)
   bool out_closed = false;       // nothing more is queued (under out_mu)
@@ -117,38 +121,42 @@ struct head::connection {
   /// Queues a frame; never blocks. @throws io_error if the connection is
   /// closed, or its peer reads so slowly that max_queued bytes wait for it
   /// (it is then dropped)
-  void send(frame_type type, std::string_view body) {
-    std::string bytes = encode(type, body);
+  void send(frame_type type, std::shared_ptr<const std::string> body) {
+    queued_frame f{frame_header(type, body->size()), std::move(body)};
+    const std::size_t bytes = f.header.size() + f.body->size();
     {
       std::lock_guard lock(out_mu);
       if (out_closed) throw io_error("manta bridge: the connection is closed");
-      if (queued + bytes.size() > max_queued) {
+      if (queued + bytes > max_queued) {
         out_closed = true;
         shut();
         throw io_error("manta bridge: the peer reads too slowly (" + std::to_string(queued >> 20) +
                        " MiB wait for it); dropped");
       }
-      queued += bytes.size();
-      outq.push_back(std::move(bytes));
+      queued += bytes;
+      outq.push_back(std::move(f));
     }
     out_cv.notify_all();
+  }
+  void send(frame_type type, std::string_view body) {
+    send(type, std::make_shared<const std::string>(body));
   }
   void start_writer() {
     writer = std::thread([this] {
       for (;;) {
-        std::string bytes;
+        queued_frame f;
         {
           std::unique_lock lock(out_mu);
           out_cv.wait(lock, [&] { return out_closed || !outq.empty(); });
           if (outq.empty()) return;  // closed, everything written
-          bytes = std::move(outq.front());
+          f = std::move(outq.front());
           outq.pop_front();
-          queued -= bytes.size();
+          queued -= f.header.size() + f.body->size();
           writing = true;
         }
         bool ok = true;
         try {
-          send_all(fd, bytes, io_clock::now() + send_limit_for(bytes.size()));
+          send_all(fd, f.header, *f.body, io_clock::now() + send_limit_for(f.body->size()));
         } catch (const std::exception&) {
           ok = false;
         }
@@ -366,7 +374,7 @@ void head::serve(std::shared_ptr<connection> c) {
       // A driver hears of the table only after its `joined`, then of every change.
       std::lock_guard lock(mu_);
       c->driver = true;
-      out.push_back({c, frame_type::cluster_update, nodes_json_locked()});
+      out.push_back({c, frame_type::cluster_update, std::make_shared<const std::string>(nodes_json_locked())});
     }
     send_all_of(out);
     // Heartbeats, answered, tasks and outcomes, until the connection ends or the watcher drops it.
@@ -388,8 +396,8 @@ void head::serve(std::shared_ptr<connection> c) {
         std::lock_guard lock(mu_);
         if (c->done) return;  // the watcher declared it lost
         c->last_heard = io_clock::now();
-        if (f.type == frame_type::run_task && driver) route_task(c, f.body, out);
-        else if (f.type == frame_type::task_result && !driver) route_outcome(*c, f.body, out);
+        if (f.type == frame_type::run_task && driver) route_task(c, std::move(f.body), out);
+        else if (f.type == frame_type::task_result && !driver) route_outcome(*c, std::move(f.body), out);
       }
       if (f.type == frame_type::heartbeat) c->send(frame_type::heartbeat, "");
       send_all_of(out);
@@ -505,8 +513,8 @@ std::shared_ptr<head::connection> head::place(const routed_task& t, std::string&
   return best;
 }
 
-void head::route_task(const std::shared_ptr<connection>& driver, std::string_view body, std::vector<outgoing>& out) {
-  remote_task t = decode_task(body);  // a malformed task ends the driver's connection
+void head::route_task(const std::shared_ptr<connection>& driver, std::string&& body, std::vector<outgoing>& out) {
+  remote_task t = decode_task(body, /*with_args=*/false);  // a malformed task ends the driver's connection
   routed_task r;
   r.driver = driver;
   r.driver_id = t.id;
@@ -520,29 +528,33 @@ void head::route_task(const std::shared_ptr<connection>& driver, std::string_vie
   if (!node) {
     const bool never = why.rfind("no node", 0) == 0 || nodes_.empty();
     out.push_back({driver, frame_type::task_result,
-                   encode_outcome(failed(t.id, never ? kind_usage : kind_node_died,
-                                         never ? "manta::usage_error" : "manta::node_died_error",
-                                         "manta: task '" + t.name + "' cannot run on the cluster: " + why, t.name))});
+                   std::make_shared<const std::string>(encode_outcome(
+                       failed(t.id, never ? kind_usage : kind_node_died,
+                              never ? "manta::usage_error" : "manta::node_died_error",
+                              "manta: task '" + t.name + "' cannot run on the cluster: " + why, t.name)))});
     return;
   }
   const std::uint64_t id = ++next_task_;
-  r.body = with_id(body, id);
+  set_id(body, id);  // renumbered in place: the body is not copied on its way
+  r.body = std::make_shared<const std::string>(std::move(body));
   r.node = node->node_id;
   ++running_[r.node];
   out.push_back({node, frame_type::run_task, r.body});
   routed_.emplace(id, std::move(r));
 }
 
-void head::route_outcome(connection& from, std::string_view body, std::vector<outgoing>& out) {
-  task_outcome o = decode_outcome(body);  // a malformed outcome ends the node's connection
+void head::route_outcome(connection& from, std::string&& body, std::vector<outgoing>& out) {
+  task_outcome o = decode_outcome(body, /*with_values=*/false);  // a malformed outcome ends the node's connection
   auto it = routed_.find(o.id);
   // A task of a driver that left, or one sent elsewhere since: nobody waits for it here.
   if (it == routed_.end() || it->second.node != from.node_id) return;
   routed_task r = std::move(it->second);
   routed_.erase(it);
   --running_[r.node];
-  if (auto driver = r.driver.lock(); driver && !driver->done)
-    out.push_back({driver, frame_type::task_result, with_id(body, r.driver_id)});
+  if (auto driver = r.driver.lock(); driver && !driver->done) {
+    set_id(body, r.driver_id);
+    out.push_back({driver, frame_type::task_result, std::make_shared<const std::string>(std::move(body))});
+  }
 }
 
 void head::lose_member(connection& c, const std::string& why, std::vector<outgoing>& out) {
@@ -590,18 +602,18 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
     std::string message = "manta: task '" + r.name + "' was lost with " + c.node_id + " (" + why + ")" +
                           (elsewhere.empty() ? ", past its max_retries" : ", and " + elsewhere);
     out.push_back({driver, frame_type::task_result,
-                   encode_outcome(failed(r.driver_id, kind_node_died, "manta::node_died_error", std::move(message),
-                                         r.name, c.node_id))});
+                   std::make_shared<const std::string>(encode_outcome(failed(
+                       r.driver_id, kind_node_died, "manta::node_died_error", std::move(message), r.name, c.node_id)))});
     it = routed_.erase(it);
   }
   tell_drivers(out);
 }
 
 void head::tell_drivers(std::vector<outgoing>& out) {
-  std::string table;
+  shared_body table;
   for (auto& c : connections_) {
     if (!c->driver || c->done) continue;
-    if (table.empty()) table = nodes_json_locked();
+    if (!table) table = std::make_shared<const std::string>(nodes_json_locked());
     out.push_back({c, frame_type::cluster_update, table});
   }
 }
@@ -699,10 +711,10 @@ node_link::~node_link() {
 }
 
 void node_link::send(frame_type type, std::string_view body) {
-  std::string bytes = encode(type, body);
+  const std::string header = frame_header(type, body.size());
   std::lock_guard lock(send_mu_);
   try {
-    send_all(fd_, bytes, io_clock::now() + send_limit_for(bytes.size()));
+    send_all(fd_, header, body, io_clock::now() + send_limit_for(body.size()));
   } catch (const io_error&) {
     // Part of a frame may have left: the link cannot go on. Its reader sees it
     // closed and ends it (on_end), so nothing waits on a frame that never arrives.

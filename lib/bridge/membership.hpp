@@ -90,17 +90,20 @@ class head {
  private:
   struct connection;
   /// A frame to send once the head's mutex is released.
+  /// A frame's body, shared between the queues it waits in (a task's body is
+  /// also kept to send again): large bodies are never copied on their way through.
+  using shared_body = std::shared_ptr<const std::string>;
   struct outgoing {
     std::shared_ptr<connection> to;
     frame_type type;
-    std::string body;
+    shared_body body;
   };
   /// A task the head forwarded to a node, until its outcome is routed back.
   struct routed_task {
     std::weak_ptr<connection> driver;
     std::uint64_t driver_id = 0;  ///< the driver's number for it
     std::string node;             ///< where it runs
-    std::string body;             ///< as the node was sent it (to send it again)
+    shared_body body;             ///< as the node was sent it (to send it again)
     std::string name;
     double num_cpus = 1, num_gpus = 0;
     std::map<std::string, double> resources;
@@ -117,9 +120,9 @@ class head {
   /// empty with `why` set if none can run it.
   std::shared_ptr<connection> place(const routed_task& t, std::string& why);
   /// A driver sent a task (under mu_): forwarded, or its failure sent back.
-  void route_task(const std::shared_ptr<connection>& driver, std::string_view body, std::vector<outgoing>& out);
+  void route_task(const std::shared_ptr<connection>& driver, std::string&& body, std::vector<outgoing>& out);
   /// A node sent an outcome (under mu_): routed to the task's driver.
-  void route_outcome(connection& from, std::string_view body, std::vector<outgoing>& out);
+  void route_outcome(connection& from, std::string&& body, std::vector<outgoing>& out);
   /// The node table for every driver (under mu_).
   void tell_drivers(std::vector<outgoing>& out);
   std::string nodes_json_locked() const;

@@ -6,11 +6,13 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <system_error>
+#include <vector>
 
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -29,10 +31,22 @@ std::string why(int e) { return std::strerror(e); }
 
 }  // namespace
 
-void send_all(int fd, std::string_view bytes, io_clock::time_point until) {
+void send_all(int fd, std::string_view bytes, io_clock::time_point until) { send_all(fd, bytes, {}, until); }
+
+void send_all(int fd, std::string_view first, std::string_view second, io_clock::time_point until) {
+  const std::size_t total = first.size() + second.size();
   std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+  while (done < total) {
+    iovec parts[2];
+    int count = 0;
+    if (done < first.size()) parts[count++] = {const_cast<char*>(first.data()) + done, first.size() - done};
+    const std::size_t in_second = done > first.size() ? done - first.size() : 0;
+    if (second.size() > in_second)
+      parts[count++] = {const_cast<char*>(second.data()) + in_second, second.size() - in_second};
+    msghdr m{};
+    m.msg_iov = parts;
+    m.msg_iovlen = static_cast<std::size_t>(count);
+    ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       done += static_cast<std::size_t>(n);
       continue;
@@ -62,9 +76,10 @@ receive_status receive(int fd, frame_decoder& in, io_clock::time_point until, fr
       throw io_error("manta bridge: poll: " + why(errno));
     }
     if (wake_fd >= 0 && p[1].revents) return receive_status::woken;
-    char buf[16384];
-    ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n > 0) in.feed(buf, static_cast<std::size_t>(n));
+    // Large reads: a frame of tens of MiB comes in a few hundred calls, not thousands.
+    thread_local std::vector<char> buf(256 << 10);
+    ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+    if (n > 0) in.feed(buf.data(), static_cast<std::size_t>(n));
     else if (n == 0) return receive_status::closed;
     else if (errno == ECONNRESET || errno == EPIPE) return receive_status::closed;
     else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)

@@ -22,6 +22,9 @@ class io_error : public std::runtime_error {
 
 /// Sends all of `bytes` before `until`. @throws io_error
 void send_all(int fd, std::string_view bytes, io_clock::time_point until);
+/// Sends all of `first` then all of `second` (one frame's header and body,
+/// without joining them) before `until`. @throws io_error
+void send_all(int fd, std::string_view first, std::string_view second, io_clock::time_point until);
 
 enum class receive_status { frame, timeout, closed, woken };
 

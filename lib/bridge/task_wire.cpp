@@ -63,7 +63,7 @@ std::string encode_task(const remote_task& t) {
   return assemble(t.id, h, t.args);
 }
 
-remote_task decode_task(std::string_view body) {
+remote_task decode_task(std::string_view body, bool with_args) {
   parts p = split(body);
   remote_task t;
   t.id = p.id;
@@ -86,7 +86,7 @@ remote_task decode_task(std::string_view body) {
     throw wire_error(std::string("manta bridge: a malformed task: ") + e.what());
   }
   if (t.num_returns == 0) throw wire_error("manta bridge: a task with no result");
-  t.args.assign(p.payload);
+  if (with_args) t.args.assign(p.payload);
   return t;
 }
 
@@ -109,7 +109,7 @@ std::string encode_outcome(const task_outcome& o) {
   return assemble(o.id, h, payload);
 }
 
-task_outcome decode_outcome(std::string_view body) {
+task_outcome decode_outcome(std::string_view body, bool with_values) {
   parts p = split(body);
   task_outcome o;
   o.id = p.id;
@@ -122,7 +122,8 @@ task_outcome decode_outcome(std::string_view body) {
       for (const auto& v : h.at("values")) {
         const auto size = v.at("size").get<std::uint64_t>();
         if (size > p.payload.size() - at) throw wire_error("manta bridge: an outcome's values run past its end");
-        o.values.push_back({v.at("tag").get<std::uint64_t>(), std::string(p.payload.substr(at, size))});
+        const auto tag = v.at("tag").get<std::uint64_t>();
+        if (with_values) o.values.push_back({tag, std::string(p.payload.substr(at, size))});
         at += size;
       }
       if (at != p.payload.size()) throw wire_error("manta bridge: an outcome with bytes past its values");
@@ -151,10 +152,14 @@ std::uint64_t peek_id(std::string_view body) {
 }
 
 std::string with_id(std::string_view body, std::uint64_t id) {
-  if (body.size() < sizeof id) throw wire_error("manta bridge: a task frame without its number");
   std::string out(body);
-  std::memcpy(out.data(), &id, sizeof id);
+  set_id(out, id);
   return out;
+}
+
+void set_id(std::string& body, std::uint64_t id) {
+  if (body.size() < sizeof id) throw wire_error("manta bridge: a task frame without its number");
+  std::memcpy(body.data(), &id, sizeof id);
 }
 
 }  // namespace manta::bridge

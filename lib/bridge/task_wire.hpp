@@ -53,16 +53,20 @@ struct task_outcome {
 };
 
 std::string encode_task(const remote_task& t);
+/// @param with_args  false: the arguments are checked to be there, not copied
 /// @throws wire_error if the body is malformed
-remote_task decode_task(std::string_view body);
+remote_task decode_task(std::string_view body, bool with_args = true);
 std::string encode_outcome(const task_outcome& o);
+/// @param with_values  false: the values' sizes are checked against the body, nothing copied
 /// @throws wire_error if the body is malformed
-task_outcome decode_outcome(std::string_view body);
+task_outcome decode_outcome(std::string_view body, bool with_values = true);
 
 /// The task's number, read from an encoded task or outcome without decoding
 /// the rest (the head renumbers what it forwards). @throws wire_error
 std::uint64_t peek_id(std::string_view body);
 /// The same body with its number replaced. @throws wire_error
 std::string with_id(std::string_view body, std::uint64_t id);
+/// Replaces the number of `body` in place. @throws wire_error
+void set_id(std::string& body, std::uint64_t id);
 
 }  // namespace manta::bridge

@@ -20,14 +20,20 @@ std::uint64_t get_le(const char* p, std::size_t bytes) {
 
 }  // namespace
 
-std::string encode(frame_type type, std::string_view body) {
-  if (body.size() > max_frame_body)
-    throw wire_error("manta bridge: a frame of " + std::to_string(body.size()) + " bytes is over the " +
+std::string frame_header(frame_type type, std::size_t body_size) {
+  if (body_size > max_frame_body)
+    throw wire_error("manta bridge: a frame of " + std::to_string(body_size) + " bytes is over the " +
                      std::to_string(max_frame_body) + "-byte limit");
   std::string out;
-  out.reserve(length_bytes + type_bytes + body.size());
-  put_le(out, type_bytes + body.size(), length_bytes);
+  out.reserve(length_bytes + type_bytes);
+  put_le(out, type_bytes + body_size, length_bytes);
   put_le(out, static_cast<std::uint16_t>(type), type_bytes);
+  return out;
+}
+
+std::string encode(frame_type type, std::string_view body) {
+  std::string out = frame_header(type, body.size());
+  out.reserve(out.size() + body.size());
   out.append(body);
   return out;
 }

@@ -47,6 +47,9 @@ struct frame {
 
 /// The bytes of one frame. @throws wire_error if `body` is over max_frame_body.
 std::string encode(frame_type type, std::string_view body);
+/// The 6 bytes that go before a body of `body_size` bytes (the body then goes
+/// as it is, with no copy). @throws wire_error if it is over max_frame_body.
+std::string frame_header(frame_type type, std::size_t body_size);
 
 class frame_decoder {
  public:

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -387,23 +388,25 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         else answer(std::move(o));
       }
     }
-    if (!running.empty() && !lost) {
+    auto sealed = [](const job& j) {
+      return std::all_of(j.returns.begin(), j.returns.end(),
+                         [](detail::ref_node* n) { return static_cast<object_entry*>(n)->status() != state_pending; });
+    };
+    if (!running.empty() && !lost && arrived.empty() && std::none_of(running.begin(), running.end(), sealed)) {
+      // Nothing done yet: sleep until one of the oldest is (they mostly finish
+      // first), or briefly, so tasks that arrive meanwhile are taken soon.
       watch.clear();
-      for (const auto& j : running) watch.insert(watch.end(), j.returns.begin(), j.returns.end());
-      // Tasks that arrive meanwhile are taken when this returns: a short wait.
+      for (std::size_t i = 0; i < running.size() && watch.size() < 32; ++i)
+        watch.insert(watch.end(), running[i].returns.begin(), running[i].returns.end());
       rt.wait(watch, 1, detail::clock::now() + std::chrono::milliseconds(2), ready);
-      std::size_t at = 0;
-      for (auto& j : running) {
-        bool all = true;
-        for (std::size_t i = 0; i < j.returns.size(); ++i) all = all && ready[at + i];
-        at += j.returns.size();
-        if (!all || lost) continue;
-        bridge::task_outcome o = finish(rt, j);
-        if (runtime_lost(o)) lost = true;
-        else answer(std::move(o));
-      }
-      std::erase_if(running, [](const job& j) { return j.returns.empty() || !j.returns[0]; });
     }
+    for (auto& j : running) {
+      if (lost || !sealed(j)) continue;
+      bridge::task_outcome o = finish(rt, j);
+      if (runtime_lost(o)) lost = true;
+      else answer(std::move(o));
+    }
+    std::erase_if(running, [](const job& j) { return j.returns.empty() || !j.returns[0]; });
     if (lost) {
       why = "this node's runtime was lost" + (rt.lost() ? ": " + rt.lost_why() : std::string());
       break;

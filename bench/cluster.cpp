@@ -1,0 +1,162 @@
+// manta_cluster: the bridge's figures on loopback, each against the single
+// node measured in the same run.
+//   - empty tasks through the cluster (tasks asking for a resource only the
+//     nodes have), with one node and then two, against the same tasks run by
+//     the driver's own workers;
+//   - bytes through the cluster: a task whose argument is a stored object of
+//     1 MB / 16 MB / 60 MB (it travels to the node) and one that returns as much;
+//   - time from `manta start -- ./app` to a node the head lists;
+//   - time to see a node lost: SIGKILLed, and SIGSTOPped.
+// It starts the head and the nodes itself (the nodes are this program, run
+// with MANTA_NODE by `manta start`), drives, and stops them all.
+//
+//   manta_cluster [rounds=5] [tasks=3000]
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <manta/manta.hpp>
+
+namespace {
+
+int nothing() { return 0; }
+std::size_t size_of(std::span<const char> bytes) { return bytes.size(); }
+std::vector<char> bytes_of(std::size_t n) { return std::vector<char>(n, 'x'); }
+
+}  // namespace
+
+MANTA_REMOTE(nothing, size_of, bytes_of);
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+double seconds_since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::string dir;
+std::string cli() { return MANTA_CLI_PATH; }
+
+/// Starts this program as a node; returns its pid and how long until the head listed it.
+std::pair<int, double> start_node(const std::string& self) {
+  auto t0 = clock_type::now();
+  std::string cmd = cli() + " start --log-dir " + dir + " --num-workers 2 -- " + self + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[512];
+  while (p && std::fgets(buf, sizeof buf, p)) out += buf;
+  if (p) ::pclose(p);
+  double took = seconds_since(t0);
+  auto at = out.find(": pid ");
+  if (at == std::string::npos) {
+    std::fprintf(stderr, "node did not start: %s\n", out.c_str());
+    std::exit(1);
+  }
+  return {std::atoi(out.c_str() + at + 6), took};
+}
+
+std::size_t alive_nodes() {
+  std::size_t n = 0;
+  for (const auto& node : manta::nodes()) n += node.alive;
+  return n - 1;
+}
+
+/// Empty tasks per second: `remote` ones ask for a resource only the nodes have.
+double task_rate(int tasks, bool remote) {
+  std::vector<manta::object_ref<int>> refs;
+  refs.reserve(static_cast<std::size_t>(tasks));
+  auto t0 = clock_type::now();
+  for (int i = 0; i < tasks; ++i)
+    refs.push_back(remote ? manta::task(nothing).resources({{"remote", 1}}).remote() : manta::task(nothing).remote());
+  manta::get(refs);
+  return tasks / seconds_since(t0);
+}
+
+void rates(const char* label, int rounds, int tasks) {
+  std::vector<double> local, remote;
+  for (int r = 0; r < rounds; ++r) {  // alternating, so drift hits both sides
+    local.push_back(task_rate(tasks, false));
+    remote.push_back(task_rate(tasks, true));
+  }
+  std::printf("%-34s local %9.0f tasks/s   through the cluster %8.0f tasks/s   (%.3f of local)\n", label,
+              median(local), median(remote), median(remote) / median(local));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (std::getenv("MANTA_NODE")) {
+    manta::init({.resources = {{"remote", 1000}}});  // serves; never returns
+    return 1;
+  }
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 5;
+  const int tasks = argc > 2 ? std::atoi(argv[2]) : 3000;
+  const std::string self = std::filesystem::canonical("/proc/self/exe").string();
+  dir = std::filesystem::temp_directory_path() / ("manta-cluster-bench-" + std::to_string(::getpid()));
+  if (std::system((cli() + " start --head --log-dir " + dir + " > /dev/null").c_str()) != 0) return 1;
+  std::string address;
+  {
+    std::ifstream in(dir + "/head.address");
+    in >> address;
+  }
+  std::vector<double> starts;
+  auto [first, took] = start_node(self);
+  starts.push_back(took);
+
+  ::setenv("MANTA_ADDRESS", address.c_str(), 1);
+  ::setenv("MANTA_TOKEN_FILE", (dir + "/cluster.token").c_str(), 1);
+  manta::init({.num_workers = 2});
+  std::printf("manta_cluster: %d rounds, medians; head and nodes on loopback, 2 workers each\n", rounds);
+  rates("empty tasks, 1 node:", rounds, tasks);
+  auto [second, took2] = start_node(self);
+  starts.push_back(took2);
+  while (alive_nodes() < 2) usleep(1000);
+  rates("empty tasks, 2 nodes:", rounds, tasks);
+
+  for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{60} << 20}) {
+    auto big = manta::put(std::vector<char>(bytes, 'x'));
+    std::vector<double> out, back;
+    for (int r = 0; r < rounds; ++r) {
+      auto t0 = clock_type::now();
+      manta::get(manta::task(size_of).resources({{"remote", 1}}).remote(big));
+      out.push_back(static_cast<double>(bytes) / seconds_since(t0) / 1e9);
+      t0 = clock_type::now();
+      manta::get(manta::task(bytes_of).resources({{"remote", 1}}).remote(bytes));
+      back.push_back(static_cast<double>(bytes) / seconds_since(t0) / 1e9);
+    }
+    std::printf("%3zu MB argument to a node: %.3f GB/s   result from a node: %.3f GB/s (whole task)\n", bytes >> 20,
+                median(out), median(back));
+  }
+
+  auto [third, took3] = start_node(self);
+  starts.push_back(took3);
+  std::printf("manta start -- ./app until the head lists it: %.0f ms (median of %zu)\n", median(starts) * 1e3,
+              starts.size());
+  while (alive_nodes() < 3) usleep(1000);
+  auto t0 = clock_type::now();
+  ::kill(third, SIGKILL);
+  while (alive_nodes() > 2) usleep(1000);
+  std::printf("a SIGKILLed node seen lost after %.1f ms\n", seconds_since(t0) * 1e3);
+  t0 = clock_type::now();
+  ::kill(second, SIGSTOP);
+  while (alive_nodes() > 1) usleep(1000);
+  std::printf("a SIGSTOPped node seen lost after %.0f ms\n", seconds_since(t0) * 1e3);
+  ::kill(second, SIGKILL);
+  manta::shutdown();
+  std::system((cli() + " stop --log-dir " + dir + " > /dev/null").c_str());
+  std::filesystem::remove_all(dir);
+  return 0;
+}
