@@ -355,16 +355,26 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   std::vector<detail::ref_node*> watch;
   std::vector<bool> ready;
   std::string why;
+  // Tasks go into the runtime 32 per worker at a time; the rest wait here. A
+  // runtime's ready queue thousands long makes every dispatch scan it (tasks
+  // asking for resources may let later ones pass).
+  const std::size_t in_runtime = std::max<std::size_t>(64, 32 * rt.worker_count());
+  std::deque<bridge::remote_task> waiting;
   for (;;) {
     std::deque<bridge::remote_task> arrived;
     {
       std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return done || !inbox.empty() || !running.empty(); });
+      cv.wait(lock, [&] { return done || !inbox.empty() || !running.empty() || !waiting.empty(); });
       if (done) {
         why = ended.find("stopped") != std::string::npos ? std::string() : ended;
         break;
       }
-      arrived.swap(inbox);
+      for (auto& t : inbox) waiting.push_back(std::move(t));
+      inbox.clear();
+    }
+    while (!waiting.empty() && running.size() + arrived.size() < in_runtime) {
+      arrived.push_back(std::move(waiting.front()));
+      waiting.pop_front();
     }
     if (rt.lost()) {
       // Its processes are gone: the head must send its tasks elsewhere, which it
