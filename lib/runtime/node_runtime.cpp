@@ -438,6 +438,7 @@ void node_runtime::remote_finished(bridge::task_outcome&& o) {
     values.push_back({v.tag, v.bytes.size(), ipc::no_offset, reinterpret_cast<const std::byte*>(v.bytes.data())});
   ipc::error_info error;
   if (!o.ok) error = from_remote(o.error);
+  process::context_use use;  // the lock order: the context lock before the scheduler's (releases take it)
   scheduler_lock lock(*this);
   sched_->remote_done(o.id, values, o.ok ? nullptr : &error);
   sched_->flush_dirty();  // what its results let go, or told waiting workers
@@ -445,6 +446,7 @@ void node_runtime::remote_finished(bridge::task_outcome&& o) {
 
 void node_runtime::cluster_lost(const std::string& why) {
   MANTA_WARN << "the cluster is gone: " << why;
+  process::context_use use;  // as in remote_finished
   scheduler_lock lock(*this);
   sched_->fail_remote({ipc::error_kind::node_died, "manta::node_died_error", "the cluster is gone (" + why + ")", {},
                        {}, 0, 0, {}});
