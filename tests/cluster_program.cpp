@@ -43,6 +43,9 @@ int slow_where(int ms) {
   return where();
 }
 
+/// Submits, from a worker of the driver's node, a task only a node can run.
+int nested_where() { return manta::get(manta::task(where).resources({{"special", 1}}).remote()); }
+
 int nap_where(int ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   return where();
@@ -50,7 +53,7 @@ int nap_where(int ms) {
 
 }  // namespace
 
-MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where);
+MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where);
 
 namespace {
 
@@ -105,6 +108,7 @@ void basic() {
 
   auto there = manta::task(where).resources(on_special).remote();
   check(manta::get(manta::task(add_one).remote(there)) == node + 1, "a local task waits for a remote result");
+  check(manta::get(manta::task(nested_where).remote()) == node, "a task on this node submits one that runs on a node");
   auto here = manta::task(add_one).remote(1);
   check(manta::get(manta::task(add_one).resources(on_special).remote(here)) == 3,
         "a remote task waits for a local result");

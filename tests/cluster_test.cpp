@@ -271,4 +271,59 @@ TEST(cluster_launch, srun_ranks_from_slurms_environment_form_the_cluster) {
   std::filesystem::remove_all(dir);
 }
 
+// ---- two "machines": network namespaces of their own, joined by a veth pair
+
+/// Runs `cmd` through the shell; true if it exited 0.
+bool run(const std::string& cmd) { return std::system(("timeout 60 " + cmd + " > /dev/null 2>&1").c_str()) == 0; }
+
+TEST(cluster_netns, a_head_and_a_node_on_two_machines_joined_by_a_veth_pair) {
+  const std::string tag = std::to_string(::getpid() % 100000);
+  const std::string a = "manta-a-" + tag, b = "manta-b-" + tag;  // machine A: head and driver; B: a node
+  const std::string net = "10.213." + std::to_string(::getpid() % 250) + ".";
+  if (!run("ip netns add " + a)) GTEST_SKIP() << "cannot make network namespaces here (needs root and iproute2)";
+  struct cleanup {
+    std::string a, b, dir;
+    ~cleanup() {
+      run("ip netns pids " + a + " | xargs -r kill -9");
+      run("ip netns pids " + b + " | xargs -r kill -9");
+      run("ip netns del " + a);
+      run("ip netns del " + b);
+      std::filesystem::remove_all(dir);
+    }
+  } done{a, b, manta::testing::temp_path("netns")};
+  ASSERT_TRUE(run("ip netns add " + b));
+  ASSERT_TRUE(run("ip link add va" + tag + " type veth peer name vb" + tag));
+  ASSERT_TRUE(run("ip link set va" + tag + " netns " + a) && run("ip link set vb" + tag + " netns " + b));
+  ASSERT_TRUE(run("ip -n " + a + " addr add " + net + "1/24 dev va" + tag) &&
+              run("ip -n " + b + " addr add " + net + "2/24 dev vb" + tag));
+  for (const auto& [ns, dev] : {std::pair{a, "va" + tag}, std::pair{b, "vb" + tag}})
+    ASSERT_TRUE(run("ip -n " + ns + " link set lo up") && run("ip -n " + ns + " link set " + dev + " up"));
+
+  const std::string dir = done.dir, cli = MANTA_CLI_PATH;
+  std::filesystem::create_directories(dir);
+  std::string started = sh("ip netns exec " + a + " " + cli + " start --head --bind " + net + "1 --log-dir " + dir);
+  ASSERT_NE(started.find("address: " + net + "1:"), std::string::npos) << started;
+  std::string address;
+  std::ifstream(dir + "/head.address") >> address;
+  // The node on machine B, over the veth pair (the token file stands for a copy on B's disk).
+  std::string node = sh("ip netns exec " + b + " " + cli + " start --address " + address + " --token-file " + dir +
+                        "/cluster.token --log-dir " + dir + " -- " + CLUSTER_PROGRAM + " special");
+  ASSERT_NE(node.find(" joined " + address), std::string::npos) << node;
+  // Nothing on loopback in A reaches B's node: its tasks can only have crossed the veth pair.
+  std::string out = sh("ip netns exec " + a + " env MANTA_ADDRESS=" + address + " MANTA_TOKEN_FILE=" + dir +
+                       "/cluster.token CLUSTER_DIR=" + dir + " " + CLUSTER_PROGRAM + " basic 1; echo exit=$?");
+  EXPECT_NE(out.find("exit=0"), std::string::npos) << out;
+  EXPECT_EQ(out.find("FAILED"), std::string::npos) << out;
+  EXPECT_NE(out.find("a task needing 'special' ran on a node"), std::string::npos) << out;
+  std::string status = sh("ip netns exec " + b + " " + cli + " status --address " + address + " --token-file " + dir +
+                          "/cluster.token");
+  EXPECT_NE(status.find(net + "2:"), std::string::npos) << "the head sees the node at B's address: " << status;
+  std::string stopped = sh("ip netns exec " + a + " " + cli + " stop --address " + address + " --token-file " + dir +
+                           "/cluster.token --log-dir " + dir);
+  EXPECT_NE(stopped.find("stopped the cluster"), std::string::npos) << stopped;
+  EXPECT_TRUE(manta::testing::eventually([&] { return sh("ip netns pids " + a).empty() && sh("ip netns pids " + b).empty(); },
+                                         20s))
+      << "no process is left on either machine";
+}
+
 }  // namespace

@@ -244,7 +244,9 @@ void scheduler::on_submit(worker_link& w, const ipc::submit& m) {
   t->args = m.args;
   t->key = new_key();
   if (cfg_.timeline && cfg_.timeline->on()) t->submitted_ns = observe::now_ns();
-  if (auto why = admit(*t)) {  // the nested caller gets the error from get
+  if (auto why = admit(*t); why && host_.cluster_can_run(*t)) {
+    t->remote = true;  // another node of the cluster has what it asks
+  } else if (why) {  // the nested caller gets the error from get
     task_spec* raw = t.get();
     graph_.add(std::move(t));
     if (raw->mode == detail::call_mode::construct) create_actor(raw);

@@ -425,6 +425,12 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   return std::nullopt;
 }
 
+bool node_runtime::cluster_can_run(const task_spec& t) {
+  const bool forwardable = t.mode == detail::call_mode::call || t.mode == detail::call_mode::map ||
+                           t.mode == detail::call_mode::starmap;
+  return cluster_ && forwardable && !t.actor && t.contained.empty() && cluster_->lacking(t.options).empty();
+}
+
 bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
   if (!cluster_ || t.actor || t.mode == detail::call_mode::construct || !t.contained.empty()) return false;
   for (const object_entry* e : t.deps)

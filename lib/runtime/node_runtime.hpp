@@ -141,6 +141,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void wake() override { wake_io(); }
   std::optional<ipc::error_info> send_remote(task_spec& t) override;
   bool remote_room(const task_spec& t, std::size_t in_flight) override;
+  bool cluster_can_run(const task_spec& t) override;
 
   // node_runtime.cpp: objects and submissions
   object_entry* checked(detail::ref_node* n);

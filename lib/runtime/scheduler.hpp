@@ -83,6 +83,9 @@ class scheduler_host {
   /// Send `t` (task_spec::remote, its arguments sealed) to the cluster; its
   /// outcome comes back through scheduler::remote_done. A failure if it cannot go.
   virtual std::optional<ipc::error_info> send_remote(task_spec& t) = 0;
+  /// Whether `t`, which this node can never run, may go to the cluster (a
+  /// node there has what it asks, and its arguments can travel).
+  virtual bool cluster_can_run(const task_spec& t) = 0;
   /// Whether a ready task no local worker can take now may go to the cluster
   /// instead (some node has a CPU free), given `in_flight` remote tasks.
   virtual bool remote_room(const task_spec& t, std::size_t in_flight) = 0;
