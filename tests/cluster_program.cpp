@@ -135,9 +135,10 @@ void basic() {
           std::string("a result too large to travel fails, naming the limit: ") + e.what());
   }
   std::vector<manta::object_ref<int>> many;
-  for (int i = 0; i < 300; ++i) many.push_back(manta::task(add_one).resources(on_special).remote(i));
+  for (int i = 0; i < 700; ++i) many.push_back(manta::task(add_one).resources(on_special).remote(i));
   auto values = manta::get(many);
-  check(std::accumulate(values.begin(), values.end(), 0) == 300 * 301 / 2, "300 remote tasks, every result right");
+  check(std::accumulate(values.begin(), values.end(), 0) == 700 * 701 / 2,
+        "700 remote tasks (256 out at once), every result right");
   auto listed = manta::nodes();
   check(listed.size() >= 2 && listed[1].resources.count("special") == 1, "nodes() lists the cluster's nodes");
   check(manta::cluster_resources()["special"] == 2 &&

@@ -364,12 +364,13 @@ void head::serve(std::shared_ptr<connection> c) {
                    : "node-" + std::to_string(++next_node_);
       c->node_id = id;
       c->last_heard = io_clock::now();
+      // Queued before the node can be chosen: `joined` is the first frame it reads.
+      c->send(frame_type::joined, id);
       if (!driver) {
         nodes_.push_back({id, where, info, true, {}});
         tell_drivers(out);
       }
     }
-    c->send(frame_type::joined, id);
     if (driver) {
       // A driver hears of the table only after its `joined`, then of every change.
       std::lock_guard lock(mu_);
@@ -711,16 +712,23 @@ node_link::~node_link() {
 }
 
 void node_link::send(frame_type type, std::string_view body) {
-  const std::string header = frame_header(type, body.size());
+  const std::string header = frame_header(type, body.size());  // (a body over the limit throws here, unsent)
   std::lock_guard lock(send_mu_);
+  send_locked(header, body);
+}
+
+void node_link::send_locked(std::string_view header, std::string_view body) {
+  sending_.store(true, std::memory_order_release);
   try {
     send_all(fd_, header, body, io_clock::now() + send_limit_for(body.size()));
   } catch (const io_error&) {
     // Part of a frame may have left: the link cannot go on. Its reader sees it
     // closed and ends it (on_end), so nothing waits on a frame that never arrives.
+    sending_.store(false, std::memory_order_release);
     ::shutdown(fd_, SHUT_RDWR);
     throw;
   }
+  sending_.store(false, std::memory_order_release);
 }
 
 void node_link::run() {
@@ -733,7 +741,10 @@ void node_link::run() {
     std::size_t seen = in.pending();
     for (;;) {
       if (io_clock::now() >= next_beat) {
-        send(frame_type::heartbeat, "");
+        // Never behind another thread's long frame: that frame says this member
+        // lives (the head counts its bytes), and this thread must keep reading.
+        std::unique_lock lock(send_mu_, std::try_to_lock);
+        if (lock) send_locked(frame_header(frame_type::heartbeat, 0), {});
         next_beat = io_clock::now() + heartbeat_every;
       }
       receive_status st = receive(fd_, in, next_beat, f, wake_fd_);
@@ -743,6 +754,8 @@ void node_link::run() {
         break;
       }
       if (st != receive_status::frame && in.pending() != seen) last_heard = io_clock::now();  // a long frame arrives
+      // While a frame of ours streams out, the head's answers wait behind it: silence is no sign of loss.
+      if (sending_.load(std::memory_order_acquire)) last_heard = io_clock::now();
       seen = in.pending();
       if (st == receive_status::frame) {
         last_heard = io_clock::now();

@@ -173,8 +173,12 @@ class node_link {
  private:
   void run();
 
+  /// Sends a frame (send_mu_ held); a failure shuts the connection down.
+  void send_locked(std::string_view header, std::string_view body);
+
   int fd_ = -1;
   std::mutex send_mu_;  ///< the link's thread (heartbeats) and senders
+  std::atomic<bool> sending_{false};  ///< a frame is on its way out
   int wake_fd_ = -1;
   frame_decoder in_;  ///< the connection's, from the handshake on
   std::string id_;

@@ -15,6 +15,7 @@
 #include <manta/errors.hpp>
 #include <manta/registry.hpp>
 
+#include "bridge/socket_io.hpp"
 #include "bridge/token.hpp"
 #include "bridge/wire.hpp"
 #include "process/args_blob.hpp"
@@ -97,7 +98,7 @@ void cluster_driver::leave() {
     left_ = true;
     stopping_ = true;
     queue_.clear();
-    outcomes_.clear();
+    inbound_.clear();
   }
   cv_.notify_all();
   if (sender_.joinable()) sender_.join();
@@ -160,27 +161,42 @@ void cluster_driver::send_loop() {
       t = std::move(queue_.front());
       queue_.pop_front();
     }
+    std::string body;
     try {
-      link_->send(bridge::frame_type::run_task, bridge::encode_task(t));
-    } catch (const std::exception&) {
+      body = bridge::encode_task(t);
+      link_->send(bridge::frame_type::run_task, body);
+    } catch (const bridge::io_error&) {
       // The link broke (send shut it down): its end fails every task sent and
       // unanswered, this one with them (it waits in the runtime's remote lane).
       return;
+    } catch (const std::exception& e) {
+      // It could not even be encoded (too large, no memory): it fails alone.
+      bridge::task_outcome o = failed_outcome(
+          t.id, usage("manta: task '" + t.name + "' could not be sent to the cluster: " + e.what(), t.name));
+      {
+        std::lock_guard lock(mu_);
+        inbound_.push_back({false, {}, std::move(o)});
+      }
+      cv_.notify_all();
     }
   }
 }
 
 void cluster_driver::apply_loop() {
   for (;;) {
-    bridge::task_outcome o;
+    inbound in;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !outcomes_.empty(); });
+      cv_.wait(lock, [&] { return stopping_ || !inbound_.empty(); });
       if (stopping_) return;
-      o = std::move(outcomes_.front());
-      outcomes_.pop_front();
+      in = std::move(inbound_.front());
+      inbound_.pop_front();
     }
-    rt_.remote_finished(std::move(o));
+    if (in.end) {
+      rt_.cluster_lost(in.why);
+      return;  // nothing comes after the end
+    }
+    rt_.remote_finished(std::move(in.outcome));
   }
 }
 
@@ -189,7 +205,7 @@ void cluster_driver::on_frame(bridge::frame&& f) {
     bridge::task_outcome o = bridge::decode_outcome(f.body);  // malformed: throws, and the link ends
     {
       std::lock_guard lock(mu_);
-      outcomes_.push_back(std::move(o));
+      inbound_.push_back({false, {}, std::move(o)});
     }
     cv_.notify_all();
   } else if (f.type == bridge::frame_type::cluster_update) {
@@ -216,16 +232,15 @@ void cluster_driver::on_frame(bridge::frame&& f) {
 }
 
 void cluster_driver::on_end(const std::string& why) {
-  std::string lost;
   {
     std::lock_guard lock(mu_);
     lost_ = why.empty() ? "the cluster was stopped" : why;
-    lost = lost_;
     for (auto& n : table_) n.alive = false;
-    queue_.clear();  // never sent: they fail below with the rest
+    queue_.clear();  // never sent: they fail with the rest
+    // After the outcomes that arrived before it: the applier fails what is left.
+    inbound_.push_back({true, lost_, {}});
   }
   cv_.notify_all();
-  rt_.cluster_lost(lost);
 }
 
 // ---- a node's service
@@ -462,7 +477,7 @@ std::optional<launch> launched() {
   if (l.rank < 0 || l.rank >= l.size)
     throw usage_error("manta: " + l.launcher + " says this is rank " + std::to_string(l.rank) + " of " +
                       std::to_string(l.size));
-  if (l.job.empty() || l.job.find_first_of("/\0") != std::string::npos)
+  if (l.job.empty() || l.job.find('/') != std::string::npos || l.job.find('\0') != std::string::npos)
     throw usage_error("manta: started by " + l.launcher + " with no job id to meet the other ranks by; "
                       "set MANTA_ADDRESS (rank 0's head) or MANTA_NODE instead");
   return l;

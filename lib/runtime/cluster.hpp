@@ -77,7 +77,14 @@ class cluster_driver {
   std::uint64_t version_ = 0;
   std::string lost_;
   std::deque<bridge::remote_task> queue_;
-  std::deque<bridge::task_outcome> outcomes_;  // under mu_
+  /// What arrived, in order: outcomes, then (once) the end of the link. The
+  /// end is handled after the outcomes before it, so none of them is lost.
+  struct inbound {
+    bool end = false;
+    std::string why;  ///< the end's
+    bridge::task_outcome outcome;
+  };
+  std::deque<inbound> inbound_;  // under mu_
   bool stopping_ = false;
   bool left_ = false;
   std::unique_ptr<bridge::node_link> link_;

@@ -339,8 +339,9 @@ void node_runtime::watch_writable(worker_link& w, bool on) {
 // ---- the cluster
 
 void node_runtime::join_cluster(const std::string& address, const std::string& token) {
-  auto totals = resources(false);
-  cluster_ = std::make_unique<cluster_driver>(*this, address, token, std::move(totals));
+  auto joined = std::make_unique<cluster_driver>(*this, address, token, resources(false));
+  scheduler_lock lock(*this);  // dispatch reads cluster_ under it
+  cluster_ = std::move(joined);
 }
 
 void node_runtime::host_launch(const launch& l, const std::string& dir) {
@@ -354,6 +355,8 @@ void node_runtime::host_launch(const launch& l, const std::string& dir) {
     std::size_t alive = 0;
     for (const auto& n : cluster_->nodes()) alive += n.alive;
     if (alive >= wanted) return;
+    if (std::string lost = cluster_->lost(); !lost.empty())
+      throw usage_error("manta: the cluster of " + l.launcher + " ended before every rank joined: " + lost);
     if (std::chrono::steady_clock::now() > until)
       throw usage_error("manta: " + std::to_string(alive) + " of the " + std::to_string(wanted) + " other ranks of " +
                         l.launcher + " joined within " + std::to_string(limit) + " s");

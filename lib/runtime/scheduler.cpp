@@ -80,18 +80,54 @@ void scheduler::enqueue(task_spec* t) {
     graph_.enter(t, graph_.ready());
     return;
   }
-  if (auto why = host_.send_remote(*t)) {
-    fail_task(t, std::move(*why));
-    return;
+  // At most max_remote_in_flight go out at once; the rest wait here, their
+  // arguments still in the arena, so a burst of remote work holds no copies.
+  graph_.enter(t, remote_waiting_);
+  send_waiting_remote();
+}
+
+namespace {
+/// The bytes a remote task carries: its blob, and its stored arguments as values.
+std::size_t carried_bytes(const task_spec& t) {
+  std::size_t n = t.args.size();
+  for (const object_entry* e : t.deps) n += e->size;
+  return n;
+}
+}  // namespace
+
+void scheduler::send_waiting_remote() {
+  std::size_t out = 0;
+  for (const task_spec* t : remote_) out += carried_bytes(*t);
+  while (!remote_waiting_.empty() && remote_.size() < max_remote_in_flight) {
+    task_spec* t = remote_waiting_.front();
+    const std::size_t bytes = carried_bytes(*t);
+    if (!remote_.empty() && out + bytes > max_remote_bytes) break;  // (one goes whatever its size)
+    out += bytes;
+    if (auto why = host_.send_remote(*t)) {
+      fail_task(t, std::move(*why));  // takes it out of remote_waiting_
+      continue;
+    }
+    graph_.enter(t, remote_);
   }
-  graph_.enter(t, remote_);
+}
+
+/// Whether a failure of a task that spilled to the cluster came from the
+/// cluster (no node could take it, or its node was lost), not from the task:
+/// this node can still run it.
+static bool cluster_failure(const ipc::error_info& e) {
+  return e.kind == ipc::error_kind::node_died || e.kind == ipc::error_kind::usage;
 }
 
 void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_location> values,
                             const ipc::error_info* error) {
   task_spec* t = graph_.find(key);
   if (!t || t->in_lane != &remote_) return;  // cancelled (or failed) meanwhile
-  if (error) {
+  if (error && t->spilled && cluster_failure(*error)) {
+    // It went only because it would have queued here: it runs here after all.
+    t->remote = t->spilled = false;
+    t->local_only = true;
+    graph_.enter(t, graph_.ready(), /*at_front=*/true);
+  } else if (error) {
     fail_task(t, *error);
   } else if (values.size() != t->returns.size()) {
     fail_task(t, ipc::error_info{ipc::error_kind::usage, "manta::usage_error",
@@ -123,12 +159,14 @@ void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_locati
     tasks_finished_.fetch_add(1, std::memory_order_relaxed);
     finish_task(t);
   }
+  send_waiting_remote();
   dispatch();
 }
 
 void scheduler::fail_remote(const ipc::error_info& why) {
-  while (!remote_.empty()) {
-    task_spec* t = remote_.front();
+  for (lane* l : {&remote_, &remote_waiting_})
+  while (!l->empty()) {
+    task_spec* t = l->front();
     if (t->spilled) {  // this node can run it: it waits here again, first in line
       t->remote = t->spilled = false;
       graph_.enter(t, graph_.ready(), /*at_front=*/true);
@@ -137,7 +175,7 @@ void scheduler::fail_remote(const ipc::error_info& why) {
     ipc::error_info e = why;
     e.function = t->name();
     e.message = "manta: task '" + t->name() + "' was sent to the cluster, and " + why.message;
-    fail_task(t, std::move(e));  // takes it out of remote_
+    fail_task(t, std::move(e));  // takes it out of its lane
   }
   dispatch();
 }
@@ -156,14 +194,16 @@ void scheduler::dispatch() {
   for (std::size_t i = 0; i < ready.size();) {
     task_spec* t = ready[i];
     worker_state* w = place_.pick(*t);
-    if (!w && host_.remote_room(*t, remote_.size())) {
+    if (!w && !t->local_only && remote_waiting_.empty() && remote_.size() < max_remote_in_flight &&
+        host_.remote_room(*t, remote_.size())) {
       // It would queue here while a node of the cluster has a CPU free: it goes there.
       t->remote = t->spilled = true;
       if (!host_.send_remote(*t)) {
         graph_.enter(t, remote_);  // takes it out of the ready queue
         continue;
       }
-      t->remote = t->spilled = false;  // it could not go: it waits here
+      t->remote = t->spilled = false;  // it cannot go (its arguments): it waits here, and never tries again
+      t->local_only = true;
     }
     if (!w) {
       if (place_.blocks_later(*t)) break;

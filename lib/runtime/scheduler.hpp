@@ -292,6 +292,13 @@ class scheduler {
   resource_ledger ledger_;
   scheduler_host& host_;
   lane remote_;  ///< remote tasks sent to the cluster, not answered yet (outlives graph_)
+  lane remote_waiting_;  ///< remote tasks ready to go, while max_remote_in_flight are out
+  /// Remote tasks out at once: the cluster's queues (and the copies of their
+  /// arguments) stay bounded however many are submitted.
+  static constexpr std::size_t max_remote_in_flight = 256;
+  static constexpr std::size_t max_remote_bytes = 256u << 20;  ///< their arguments' bytes
+  /// Sends waiting remote tasks while fewer than max_remote_in_flight are out.
+  void send_waiting_remote();
   task_graph graph_;
   placement place_;
   std::vector<std::unique_ptr<worker_link>> links_;

@@ -66,6 +66,7 @@ struct task_spec : pool_allocated {
   bool cancelled = false;  ///< cancelled while in flight: its results already failed
   bool remote = false;  ///< it goes to the cluster (runtime/cluster.hpp)
   bool spilled = false;  ///< remote only because it would have queued here: it may come back
+  bool local_only = false;  ///< it spilled and came back, or could not go: it runs here
   std::uint64_t grant = ipc::no_offset;  ///< extent offered for its result, while in flight
   /// Its expected run time when sent (placement's estimate; infinite: unknown or blocking).
   double expected_ns = 0;
