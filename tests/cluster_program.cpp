@@ -139,6 +139,14 @@ void basic() {
   auto values = manta::get(many);
   check(std::accumulate(values.begin(), values.end(), 0) == 700 * 701 / 2,
         "700 remote tasks (256 out at once), every result right");
+  {  // Cancelling every remote task out at once lets the ones waiting behind them go.
+    std::vector<manta::object_ref<int>> out, behind;
+    for (int i = 0; i < 256; ++i) out.push_back(manta::task(nap_where).resources(on_special).remote(5));
+    for (int i = 0; i < 20; ++i) behind.push_back(manta::task(add_one).resources(on_special).remote(i));
+    for (auto& r : out) manta::cancel(r);
+    auto got = manta::get(behind, std::chrono::seconds(60));
+    check(got.size() == 20 && got[19] == 20, "remote tasks waiting behind 256 cancelled ones still run");
+  }
   auto listed = manta::nodes();
   check(listed.size() >= 2 && listed[1].resources.count("special") == 1, "nodes() lists the cluster's nodes");
   check(manta::cluster_resources()["special"] == 2 &&

@@ -111,12 +111,14 @@ void scheduler::send_waiting_remote() {
   }
 }
 
+namespace {
 /// Whether a failure of a task that spilled to the cluster came from the
 /// cluster (no node could take it, or its node was lost), not from the task:
 /// this node can still run it.
-static bool cluster_failure(const ipc::error_info& e) {
+bool cluster_failure(const ipc::error_info& e) {
   return e.kind == ipc::error_kind::node_died || e.kind == ipc::error_kind::usage;
 }
+}  // namespace
 
 void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_location> values,
                             const ipc::error_info* error) {
@@ -159,7 +161,6 @@ void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_locati
     tasks_finished_.fetch_add(1, std::memory_order_relaxed);
     finish_task(t);
   }
-  send_waiting_remote();
   dispatch();
 }
 
@@ -181,6 +182,9 @@ void scheduler::fail_remote(const ipc::error_info& why) {
 }
 
 void scheduler::dispatch() {
+  // Remote tasks go out as others come back, are cancelled or fail: every one of
+  // those ends in a dispatch.
+  if (!remote_waiting_.empty()) send_waiting_remote();
   if (!waiting_actors_.empty()) start_waiting_actors();
   // A worker whose tasks all wait runs what its innermost one waits for first.
   for (worker_state* w : place_.workers())
