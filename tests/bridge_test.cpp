@@ -420,16 +420,7 @@ TEST(bridge_membership, stopping_the_cluster_ends_every_node_and_a_lost_head_is_
 
 // ---- the command line: manta start --head, status, stop
 
-std::string sh(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(("timeout 60 " + cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  ::pclose(p);
-  return out;
-}
+std::string sh(const std::string& cmd) { return manta::testing::shell_output(cmd); }
 
 TEST(bridge_cli, manta_start_head_status_and_stop_leave_nothing_behind) {
   std::string dir = manta::testing::temp_path("cluster");

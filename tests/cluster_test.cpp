@@ -25,23 +25,9 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string sh(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(("timeout 60 " + cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  ::pclose(p);
-  return out;
-}
+std::string sh(const std::string& cmd) { return manta::testing::shell_output(cmd); }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+std::string slurp(const std::string& path) { return manta::testing::file_text(path); }
 
 /// Pids of the processes whose environment holds `tag`.
 std::vector<pid_t> tagged(const std::string& tag) {
@@ -264,7 +250,9 @@ TEST(cluster_launch, srun_ranks_from_slurms_environment_form_the_cluster) {
     }
     const std::string log = slurp(dir + "/rank-" + std::to_string(rank) + ".log");
     EXPECT_TRUE(ended && WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << rank << ":\n" << log;
-    if (rank == 0) EXPECT_EQ(log.find("FAILED"), std::string::npos) << log;
+    if (rank == 0) {
+      EXPECT_EQ(log.find("FAILED"), std::string::npos) << log;
+    }
   }
   for (const auto& e : std::filesystem::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().rfind("launch-", 0), std::string::npos) << e.path();

@@ -25,16 +25,7 @@ int triple(int x) { return 3 * x; }
 MANTA_REMOTE(triple);
 
 /// Runs a shell command, bounded by timeout(1); its stdout.
-std::string run(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(("timeout 90 " + cmd).c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  ::pclose(p);
-  return out;
-}
+std::string run(const std::string& cmd) { return manta::testing::shell_output(cmd, 90, false); }
 
 /// The text of the element with id `id` in a dumped DOM.
 std::string element(const std::string& dom, const std::string& id) {

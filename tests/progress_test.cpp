@@ -13,16 +13,7 @@
 namespace {
 
 /// Runs a shell command (bounded by timeout(1)); its stdout and stderr.
-std::string sh(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(("timeout 60 " + cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  ::pclose(p);
-  return out;
-}
+std::string sh(const std::string& cmd) { return manta::testing::shell_output(cmd); }
 
 class progress : public ::testing::TestWithParam<const char*> {
  protected:

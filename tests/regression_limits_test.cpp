@@ -171,10 +171,7 @@ bool is_helper_for(const std::string& role) {
   return r && role == r;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+std::string read_file(const std::string& path) { return manta::testing::file_text(path); }
 
 class regression : public runtime_fixture {};
 

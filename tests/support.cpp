@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <stdexcept>
 #include <thread>
 
@@ -87,6 +89,22 @@ int open_fd_count() {
 
 std::string temp_path(const std::string& stem) {
   return "/tmp/manta-test-" + std::to_string(::getpid()) + "-" + stem;
+}
+
+std::string shell_output(const std::string& cmd, int limit_s, bool with_stderr) {
+  std::string out;
+  FILE* p = ::popen(("timeout " + std::to_string(limit_s) + " " + cmd + (with_stderr ? " 2>&1" : "")).c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  return out;
+}
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 fifo_gate::fifo_gate() {

@@ -49,6 +49,11 @@ int open_fd_count();
 long resident_bytes();
 /// Temporary path unique to this test process.
 std::string temp_path(const std::string& stem);
+/// Runs a shell command under timeout(1) (`limit_s` seconds); its stdout, and
+/// its stderr too when `with_stderr`.
+std::string shell_output(const std::string& cmd, int limit_s = 60, bool with_stderr = true);
+/// The whole text of a file ("" if it cannot be read).
+std::string file_text(const std::string& path);
 
 /// Returned by an in_child body to say the test cannot run here.
 inline const std::string skip_child = "SKIP";

@@ -428,14 +428,20 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   return std::nullopt;
 }
 
+namespace {
+/// A plain function call (not an actor's): any node of the cluster can run it.
+bool runs_anywhere(const task_spec& t) {
+  return !t.actor && (t.mode == detail::call_mode::call || t.mode == detail::call_mode::map ||
+                      t.mode == detail::call_mode::starmap);
+}
+}  // namespace
+
 bool node_runtime::cluster_can_run(const task_spec& t) {
-  const bool forwardable = t.mode == detail::call_mode::call || t.mode == detail::call_mode::map ||
-                           t.mode == detail::call_mode::starmap;
-  return cluster_ && forwardable && !t.actor && t.contained.empty() && cluster_->lacking(t.options).empty();
+  return cluster_ && runs_anywhere(t) && t.contained.empty() && cluster_->lacking(t.options).empty();
 }
 
 bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
-  if (!cluster_ || t.actor || t.mode == detail::call_mode::construct || !t.contained.empty()) return false;
+  if (!cluster_ || !runs_anywhere(t) || !t.contained.empty()) return false;
   for (const object_entry* e : t.deps)
     if (!e->contained.empty()) return false;  // its refs cannot travel
   return cluster_->spare_cpus(t.options) > static_cast<double>(in_flight);
@@ -649,9 +655,7 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   // never wait on the scheduler's mutex). What this node cannot run may go to
   // another node of the cluster, arguments resolved to values.
   if (auto why = sched_->admit(*t)) {
-    const bool forwardable = t->mode == detail::call_mode::call || t->mode == detail::call_mode::map ||
-                             t->mode == detail::call_mode::starmap;
-    if (!cluster_ || !forwardable) throw usage_error(*why);
+    if (!cluster_ || !runs_anywhere(*t)) throw usage_error(*why);
     if (!r.contained.empty())
       throw usage_error(*why + "; another node of the cluster might, but object_refs inside its arguments "
                                "cannot travel between nodes yet");
