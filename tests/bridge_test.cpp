@@ -20,6 +20,7 @@
 
 #include "bridge/auth.hpp"
 #include "bridge/socket_io.hpp"
+#include "bridge/task_wire.hpp"
 #include "bridge/membership.hpp"
 #include "bridge/token.hpp"
 #include "bridge/wire.hpp"
@@ -60,6 +61,125 @@ TEST(bridge_wire, an_oversized_frame_is_refused_from_its_header_alone) {
   short_one.feed(too_short, 4);
   EXPECT_THROW(short_one.next(), wire_error);
   EXPECT_THROW(encode(frame_type::proof, std::string(max_frame_body + 1, 'z')), wire_error);
+}
+
+/// The frames for_each_frame makes of `pieces`, as a peer would read them.
+std::vector<frame> framed(frame_type type, std::vector<std::string_view> pieces, std::uint64_t stream) {
+  std::string bytes;
+  for_each_frame(type, pieces, stream, [&](const std::string& header, std::string_view body) {
+    bytes += header;
+    bytes += body;
+  });
+  frame_decoder d;
+  d.feed(bytes.data(), bytes.size());
+  std::vector<frame> out;
+  while (auto f = d.next()) out.push_back(std::move(*f));
+  EXPECT_EQ(d.pending(), 0u);
+  return out;
+}
+
+TEST(bridge_wire, a_long_body_goes_in_parts_that_interleave_and_come_back_whole) {
+  const std::string head = "header", a(part_size * 2 + 5, 'a'), b(3, 'b');
+  auto first = framed(frame_type::run_task, {head, a, b}, 1);
+  ASSERT_EQ(first.size(), 5u);  // the header whole, `a` in three, `b` alone: no part spans two pieces
+  for (const auto& f : first) EXPECT_EQ(f.type, frame_type::part);
+  auto second = framed(frame_type::task_result, {std::string_view(a)}, 2);  // one piece: in one part
+  auto short_one = framed(frame_type::task_result, {"short", "!"}, 3);
+  ASSERT_EQ(short_one.size(), 1u);  // a short body, even in pieces, is one plain frame
+  EXPECT_EQ(short_one[0].type, frame_type::task_result);
+  EXPECT_EQ(short_one[0].body, "short!");
+  // The two streams' parts arrive interleaved, with a heartbeat between.
+  part_assembler parts;
+  std::vector<frame> whole;
+  std::size_t i = 0, j = 0;
+  while (i < first.size() || j < second.size()) {
+    for (auto* f : {i < first.size() ? &first[i++] : nullptr, j < second.size() ? &second[j++] : nullptr})
+      if (f)
+        if (auto w = parts.take(f->body)) whole.push_back(std::move(*w));
+  }
+  ASSERT_EQ(whole.size(), 2u);
+  EXPECT_EQ(whole[0].type, frame_type::task_result);  // the shorter stream ends first
+  EXPECT_EQ(whole[0].body, a);
+  EXPECT_EQ(whole[1].type, frame_type::run_task);
+  EXPECT_EQ(whole[1].body, head + a + b);
+  EXPECT_EQ(parts.open_streams(), 0u);
+}
+
+TEST(bridge_wire, parts_out_of_order_too_long_or_of_no_stream_are_refused) {
+  const std::string a(part_size + 1, 'a');
+  auto parts_of = [&](std::uint64_t stream) { return framed(frame_type::run_task, {"head", a}, stream); };
+  auto p = parts_of(1);
+  ASSERT_EQ(p.size(), 3u);  // the header, then `a` in two
+  {
+    part_assembler in;
+    EXPECT_THROW(in.take(p[1].body), wire_error) << "a part of a stream that never began";
+  }
+  {
+    part_assembler in;
+    EXPECT_FALSE(in.take(p[0].body));
+    EXPECT_THROW(in.take(p[0].body), wire_error) << "a stream started twice";
+  }
+  {
+    part_assembler in;
+    EXPECT_FALSE(in.take(p[0].body));
+    EXPECT_FALSE(in.take(p[1].body));
+    std::string longer = p[2].body + "x";
+    EXPECT_THROW(in.take(longer), wire_error) << "a stream past its length";
+  }
+  {
+    part_assembler in;
+    EXPECT_FALSE(in.take(p[0].body));
+    std::string early = encode_part_header({1, false, true, false}) + "x";
+    EXPECT_THROW(in.take(early), wire_error) << "a last part short of the length";
+  }
+  {
+    part_assembler in(a.size() + 20);  // room for one stream's announcement, not two
+    EXPECT_FALSE(in.take(p[0].body));
+    EXPECT_THROW(in.take(parts_of(2)[0].body), wire_error);
+  }
+  {
+    part_assembler in;
+    EXPECT_FALSE(in.take(p[0].body));
+    EXPECT_FALSE(in.take(encode_part_header({1, false, false, true})));  // aborted: dropped
+    EXPECT_EQ(in.open_streams(), 0u);
+    EXPECT_FALSE(in.take(encode_part_header({9, false, false, true})));  // one never begun: nothing
+  }
+  std::string_view rest;
+  EXPECT_THROW(decode_part_header("short", rest), wire_error);
+  std::string huge = encode_part_header({1, true, false, false, frame_type::run_task, max_long_body + 1});
+  EXPECT_THROW(decode_part_header(huge, rest), wire_error);
+  std::string nested = encode_part_header({1, true, false, false, frame_type::part, 10});
+  EXPECT_THROW(decode_part_header(nested, rest), wire_error);
+}
+
+TEST(bridge_wire, tasks_and_outcomes_decode_alike_moved_or_viewed_and_a_head_checks_a_start) {
+  remote_task t;
+  t.id = 5;
+  t.name = "f";
+  t.arg_count = 1;
+  t.args = std::string(100, 'q');
+  const std::string body = encode_task(t);
+  EXPECT_EQ(body, encode_task_head(t) + t.args);
+  remote_task moved = decode_task(std::string(body));
+  EXPECT_EQ(moved.args, t.args);
+  EXPECT_EQ(moved.name, "f");
+  EXPECT_EQ(decode_task(std::string_view(body).substr(0, encode_task_head(t).size()), false).name, "f");
+
+  task_outcome o;
+  o.id = 6;
+  o.values = {{1, "first"}, {2, std::string(50, 'v')}};
+  const std::string out = encode_outcome(o);
+  EXPECT_EQ(out, encode_outcome_head(o) + "first" + std::string(50, 'v'));
+  task_outcome back = decode_outcome(std::string(out));
+  ASSERT_EQ(back.values.size(), 2u);
+  EXPECT_EQ(back.values[0].bytes, "first");
+  EXPECT_EQ(back.values[1].bytes, std::string(50, 'v'));
+  EXPECT_EQ(back.values[1].tag, 2u);
+  const std::string start = encode_outcome_head(o);
+  EXPECT_EQ(decode_outcome_head(start, out.size()).id, 6u);
+  EXPECT_THROW(decode_outcome_head(start, out.size() + 1), wire_error) << "bytes past its values";
+  EXPECT_THROW(decode_outcome_head(start, out.size() - 1), wire_error) << "values past its end";
+  EXPECT_THROW(decode_outcome_head(start, 3), wire_error);
 }
 
 // ---- the token file

@@ -3,7 +3,7 @@
 // returns); otherwise it is a driver (MANTA_ADDRESS) and runs the scenario named
 // by argv[1], printing what it saw, exiting 0 if everything held.
 //   cluster_program [special]                  (MANTA_NODE) a node; "special": it has that resource
-//   cluster_program basic|spill|node_lost|head_lost N (MANTA_ADDRESS) a driver, once N nodes are alive
+//   cluster_program basic|spill|node_lost|head_lost|gigabyte N (MANTA_ADDRESS) a driver, once N nodes are alive
 //   cluster_program launched N                 under mpirun or srun: rank 0 drives, the others are
 //                                              nodes with "special"
 // Every process notes its pid in CLUSTER_NODE_PID before init: a task says where it ran.
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -46,6 +47,24 @@ int slow_where(int ms) {
 /// Submits, from a worker of the driver's node, a task only a node can run.
 int nested_where() { return manta::get(manta::task(where).resources({{"special", 1}}).remote()); }
 
+/// Leaves its mark, sleeps, and says what it was given and where it ran.
+std::vector<double> slow_sum_where(std::span<const double> xs, int ms) {
+  std::ofstream(std::string(std::getenv("CLUSTER_DIR")) + "/running-" + std::to_string(where()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return {std::accumulate(xs.begin(), xs.end(), 0.0), static_cast<double>(where())};
+}
+
+/// A few bytes of `xs` (a gigabyte is too long to sum under the sanitizers), and its length.
+std::vector<std::uint64_t> sample_of(std::span<const std::uint8_t> xs) {
+  return {xs.size(), xs.empty() ? 0u : xs.front(), xs.empty() ? 0u : xs[xs.size() / 2],
+          xs.empty() ? 0u : xs.back()};
+}
+std::vector<std::uint8_t> bytes_of(std::uint64_t n) {
+  std::vector<std::uint8_t> out(n, 3);
+  if (n) out.back() = 9;
+  return out;
+}
+
 int nap_where(int ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   return where();
@@ -53,7 +72,8 @@ int nap_where(int ms) {
 
 }  // namespace
 
-MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where);
+MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
+             bytes_of);
 
 namespace {
 
@@ -127,12 +147,13 @@ void basic() {
     check(std::string(e.what()).find("nowhere") != std::string::npos,
           std::string("a resource no node has is refused at submission: ") + e.what());
   }
-  try {
-    manta::get(manta::task(big_from).resources(on_special).remote(9'000'000));  // 72 MB
-    check(false, "a result too large to travel fails, naming the limit");
-  } catch (const manta::error& e) {
-    check(std::string(e.what()).find("MiB") != std::string::npos,
-          std::string("a result too large to travel fails, naming the limit: ") + e.what());
+  {  // Past part_size (8 MiB) both ways: they travel in parts.
+    auto long_arg = manta::put(std::vector<double>(9'000'000, 0.5));  // 72 MB
+    check(manta::get(manta::task(sum_on).resources(on_special).remote(long_arg)) == 4'500'000.0,
+          "a 72 MB argument reached the node in parts");
+    auto long_result = manta::get(manta::task(big_from).resources(on_special).remote(9'000'000));
+    check(long_result.size() == 9'000'000 && long_result.front() == 0.25 && long_result.back() == 0.25,
+          "a 72 MB result came back in parts");
   }
   std::vector<manta::object_ref<int>> many;
   for (int i = 0; i < 700; ++i) many.push_back(manta::task(add_one).resources(on_special).remote(i));
@@ -226,15 +247,42 @@ void frozen() {
 }
 
 void node_lost() {
-  auto ref = manta::task(slow_where).resources({{"special", 1}}).remote(3000);
+  // 40 MB of arguments: the task went in parts, which the head sends again.
+  auto ref = manta::task(slow_sum_where).resources({{"special", 1}}).remote(std::vector<double>(5'000'000, 2.0), 3000);
   int first = first_mark();
   check(first > 0, "the task started on a node");
   ::kill(first, SIGKILL);
-  int second = manta::get(ref, std::chrono::seconds(60));
+  auto got = manta::get(ref, std::chrono::seconds(60));
+  const int second = static_cast<int>(got[1]);
   check(second > 0 && second != first,
         "the task was run again on another node (" + std::to_string(second) + ") after " + std::to_string(first) +
             " was killed");
+  check(got[0] == 10'000'000.0, "its 40 MB argument reached the other node whole");
   check(wait_for([] { return alive_nodes() == 1; }, std::chrono::seconds(10)), "nodes() shows the lost node dead");
+}
+
+/// A gigabyte to a node and a gigabyte back.
+void gigabyte() {
+  const std::uint64_t n = std::uint64_t{1} << 30;
+  const std::map<std::string, double> on_special{{"special", 1}};
+  {
+    std::vector<std::uint8_t> bytes(n, 5);
+    bytes.back() = 7;
+    auto stored = manta::put(bytes);
+    bytes = {};
+    auto t0 = std::chrono::steady_clock::now();
+    auto seen = manta::get(manta::task(sample_of).resources(on_special).remote(stored), std::chrono::seconds(120));
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    check(seen == std::vector<std::uint64_t>{n, 5, 5, 7},
+          "a 1 GiB argument reached the node whole (" + std::to_string(s) + " s)");
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto back = manta::task(bytes_of).resources(on_special).remote(n);
+  manta::wait(std::vector{back}, 1, std::chrono::seconds(120));
+  const auto view = manta::get_view(back);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  check(view.size() == n && view[0] == 3 && view[n / 2] == 3 && view[n - 1] == 9,
+        "a 1 GiB result came back whole (" + std::to_string(s) + " s)");
 }
 
 void head_lost() {
@@ -290,6 +338,7 @@ int main(int argc, char** argv) {
   else if (scenario == "frozen") frozen();
   else if (scenario == "launched") launched(want);
   else if (scenario == "head_lost") head_lost();
+  else if (scenario == "gigabyte") gigabyte();
   else return 2;
   manta::shutdown();
   return failures == 0 ? 0 : 1;

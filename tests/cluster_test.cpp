@@ -137,6 +137,18 @@ TEST_F(cluster, plain_tasks_spill_to_a_node_while_the_drivers_workers_are_busy) 
   EXPECT_EQ(finish(node, 20s), 0);
 }
 
+TEST_F(cluster, a_gigabyte_goes_to_a_node_and_comes_back_in_parts) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a gigabyte through ThreadSanitizer's shadow memory: left to the other builds (as the heavy tests)";
+#endif
+  pid_t node = member(true, {"special"}, "node-1.log");
+  pid_t driver = member(false, {"gigabyte", "1"}, "driver.log");
+  EXPECT_EQ(finish(driver, 150s), 0) << log("driver.log") << "\n--- node:\n" << log("node-1.log");
+  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  EXPECT_EQ(finish(node, 20s), 0);
+}
+
 TEST_F(cluster, a_task_on_a_killed_node_runs_again_on_another) {
   pid_t a = member(true, {"special"}, "node-1.log");
   pid_t b = member(true, {"special"}, "node-2.log");

@@ -102,6 +102,9 @@ struct head::connection {
   std::thread thread;
   std::atomic<bool> finished{false};  ///< its thread has ended: join it
   std::atomic<bool> proved{false};    ///< the peer proved the token
+  /// Long frames it is sending, by its number for them: the head's number of
+  /// their task, or 0 for one dropped (under the head's mu_).
+  std::map<std::uint64_t, std::uint64_t> in_streams;
 
   // What goes out, written by a thread of its own: no thread of the head ever
   // waits on a slow peer (a serve thread would stop reading its own peer, the
@@ -172,6 +175,12 @@ struct head::connection {
         }
       }
     });
+  }
+  /// Waits until at most `bytes` wait to be written, or the connection
+  /// closed (true), or `until` (false).
+  bool wait_below(std::size_t bytes, io_clock::time_point until) {
+    std::unique_lock lock(out_mu);
+    return out_cv.wait_until(lock, until, [&] { return out_closed || queued <= bytes; });
   }
   /// Waits until what was queued has been written (or `until`).
   void flush(io_clock::time_point until) {
@@ -399,9 +408,25 @@ void head::serve(std::shared_ptr<connection> c) {
         c->last_heard = io_clock::now();
         if (f.type == frame_type::run_task && driver) route_task(c, std::move(f.body), out);
         else if (f.type == frame_type::task_result && !driver) route_outcome(*c, std::move(f.body), out);
+        else if (f.type == frame_type::part) route_part(c, std::move(f.body), out);
       }
       if (f.type == frame_type::heartbeat) c->send(frame_type::heartbeat, "");
+      std::vector<std::shared_ptr<connection>> forwarded_to;
+      if (f.type == frame_type::part)
+        for (auto& o : out) forwarded_to.push_back(o.to);
       send_all_of(out);
+      // A long frame is read no faster than its receiver takes it: the head
+      // holds a few parts per receiver, not the whole frame. Meanwhile the
+      // sender counts as alive (its bytes wait in the socket).
+      for (auto& to : forwarded_to) {
+        const auto until = io_clock::now() + send_limit_for(max_queued);
+        while (!to->wait_below(max_queued / 4, std::min(until, io_clock::now() + progress_every)) &&
+               io_clock::now() < until && !stopping_) {
+          std::lock_guard lock(mu_);
+          if (c->done) return;
+          c->last_heard = io_clock::now();
+        }
+      }
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "manta head: dropped %s (%s): %s\n", c->node_id.empty() ? "a peer" : c->node_id.c_str(),
@@ -537,11 +562,114 @@ void head::route_task(const std::shared_ptr<connection>& driver, std::string&& b
   }
   const std::uint64_t id = ++next_task_;
   set_id(body, id);  // renumbered in place: the body is not copied on its way
-  r.body = std::make_shared<const std::string>(std::move(body));
+  r.frames.emplace_back(frame_type::run_task, std::make_shared<const std::string>(std::move(body)));
+  forward(routed_.emplace(id, std::move(r)).first->second, node, out);
+}
+
+void head::forward(routed_task& r, const std::shared_ptr<connection>& node,
+                   std::vector<outgoing>& out) {
   r.node = node->node_id;
+  r.node_connection = node;
   ++running_[r.node];
-  out.push_back({node, frame_type::run_task, r.body});
-  routed_.emplace(id, std::move(r));
+  for (const auto& [type, body] : r.frames) out.push_back({node, type, body});
+}
+
+namespace {
+/// Where a part's stream number is, and where the task's number is in a first part.
+constexpr std::size_t stream_at = 0, first_bytes_at = 8 + 1 + 2 + 8;
+void put_u64(std::string& body, std::size_t at, std::uint64_t v) { std::memcpy(body.data() + at, &v, sizeof v); }
+}  // namespace
+
+void head::route_part(const std::shared_ptr<connection>& from, std::string&& body, std::vector<outgoing>& out) {
+  std::string_view bytes;
+  const part_header h = decode_part_header(body, bytes);  // malformed: the connection ends
+  std::uint64_t id = 0;
+  if (h.first) {
+    if (from->in_streams.count(h.stream)) throw wire_error("manta bridge: a stream started twice");
+    if (h.type == frame_type::run_task && from->driver) {
+      remote_task t = decode_task(bytes, /*with_args=*/false);  // the header comes whole in the first part
+      routed_task r;
+      r.driver = from;
+      r.driver_id = t.id;
+      r.name = t.name;
+      r.num_cpus = t.num_cpus;
+      r.num_gpus = t.num_gpus;
+      r.resources = t.resources;
+      r.retries_left = t.max_retries < 0 ? std::numeric_limits<int>::max() : t.max_retries;
+      std::string why;
+      std::shared_ptr<connection> node = place(r, why);
+      if (!node) {
+        const bool never = why.rfind("no node", 0) == 0 || nodes_.empty();
+        out.push_back({from, frame_type::task_result,
+                       std::make_shared<const std::string>(encode_outcome(
+                           failed(t.id, never ? kind_usage : kind_node_died,
+                                  never ? "manta::usage_error" : "manta::node_died_error",
+                                  "manta: task '" + t.name + "' cannot run on the cluster: " + why, t.name)))});
+        if (!h.last) from->in_streams[h.stream] = 0;  // the rest of it is dropped
+        return;
+      }
+      id = ++next_task_;
+      put_u64(body, first_bytes_at, id);  // renumbered in place, and its stream with it
+      put_u64(body, stream_at, id);
+      r.complete = h.last;
+      r.frames.emplace_back(frame_type::part, std::make_shared<const std::string>(std::move(body)));
+      forward(routed_.emplace(id, std::move(r)).first->second, node, out);
+    } else if (h.type == frame_type::task_result && !from->driver) {
+      const task_outcome o = decode_outcome_head(bytes, h.total);  // checked here: a driver gets no malformed one
+      auto it = routed_.find(o.id);
+      if (it == routed_.end() || it->second.node != from->node_id) {  // nobody waits for it here
+        if (!h.last) from->in_streams[h.stream] = 0;
+        return;
+      }
+      id = o.id;
+      routed_task& r = it->second;
+      put_u64(body, first_bytes_at, r.driver_id);
+      put_u64(body, stream_at, id);
+      if (auto driver = r.driver.lock(); driver && !driver->done)
+        out.push_back({driver, frame_type::part, std::make_shared<const std::string>(std::move(body))});
+      r.outcome_streaming = !h.last;
+      if (h.last) {
+        --running_[r.node];
+        routed_.erase(it);
+      }
+    } else {
+      throw wire_error("manta bridge: a long frame of a kind that is never long");
+    }
+    if (!h.last) from->in_streams[h.stream] = id;
+    return;
+  }
+  auto stream = from->in_streams.find(h.stream);
+  if (stream == from->in_streams.end()) {
+    if (h.abort) return;
+    throw wire_error("manta bridge: a part of a stream that never began");
+  }
+  id = stream->second;
+  if (h.last || h.abort) from->in_streams.erase(stream);
+  auto it = routed_.find(id);
+  if (id == 0 || it == routed_.end()) return;  // dropped
+  routed_task& r = it->second;
+  put_u64(body, stream_at, id);
+  auto part = std::make_shared<const std::string>(std::move(body));
+  if (from->driver) {
+    if (h.abort) {  // the driver gave it up: so does its node
+      if (auto node = r.node_connection.lock()) out.push_back({node, frame_type::part, part});
+      --running_[r.node];
+      routed_.erase(it);
+      return;
+    }
+    r.frames.emplace_back(frame_type::part, part);
+    r.complete = h.last;
+    if (auto node = r.node_connection.lock(); node && !node->done) out.push_back({node, frame_type::part, part});
+    return;
+  }
+  if (r.node != from->node_id) return;
+  if (auto driver = r.driver.lock(); driver && !driver->done) out.push_back({driver, frame_type::part, part});
+  if (h.last) {
+    --running_[r.node];
+    routed_.erase(it);
+  } else if (h.abort) {
+    r.outcome_streaming = false;  // (the node answers again, whole or in parts)
+  }
 }
 
 void head::route_outcome(connection& from, std::string&& body, std::vector<outgoing>& out) {
@@ -568,6 +696,10 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
         ++it;
         continue;
       }
+      if (!it->second.complete)  // its node drops the parts it has
+        if (auto node = it->second.node_connection.lock())
+          out.push_back({node, frame_type::part,
+                         std::make_shared<const std::string>(encode_part_header({it->first, false, false, true}))});
       --running_[it->second.node];
       it = routed_.erase(it);
     }
@@ -590,16 +722,18 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       it = routed_.erase(it);
       continue;
     }
+    if (std::exchange(r.outcome_streaming, false))  // the driver drops what came of its outcome
+      out.push_back({driver, frame_type::part,
+                     std::make_shared<const std::string>(encode_part_header({it->first, false, false, true}))});
     std::string elsewhere;
     std::shared_ptr<connection> next = r.retries_left > 0 ? place(r, elsewhere) : nullptr;
     if (next) {
       --r.retries_left;
-      r.node = next->node_id;
-      ++running_[r.node];
-      out.push_back({next, frame_type::run_task, r.body});
+      forward(r, next, out);
       ++it;
       continue;
     }
+
     std::string message = "manta: task '" + r.name + "' was lost with " + c.node_id + " (" + why + ")" +
                           (elsewhere.empty() ? ", past its max_retries" : ", and " + elsewhere);
     out.push_back({driver, frame_type::task_result,
@@ -711,10 +845,24 @@ node_link::~node_link() {
   ::close(wake_fd_);
 }
 
-void node_link::send(frame_type type, std::string_view body) {
-  const std::string header = frame_header(type, body.size());  // (a body over the limit throws here, unsent)
-  std::lock_guard lock(send_mu_);
-  send_locked(header, body);
+void node_link::send(frame_type type, std::span<const std::string_view> pieces) {
+  total_size(pieces);  // (a body over the limit throws here, unsent)
+  const std::uint64_t stream = ++next_stream_;
+  bool started = false;
+  try {
+    for_each_frame(type, pieces, stream, [&](const std::string& header, std::string_view bytes) {
+      std::lock_guard lock(send_mu_);  // released between parts: heartbeats and other frames go between
+      send_locked(header, bytes);
+      started = true;
+    });
+  } catch (const wire_error&) {
+    // A part over the frame limit (a header piece too long): the head drops what began.
+    if (started) {
+      std::lock_guard lock(send_mu_);
+      send_locked(part_frame_header({stream, false, false, true}, 0), {});
+    }
+    throw;
+  }
 }
 
 void node_link::send_locked(std::string_view header, std::string_view body) {
@@ -762,6 +910,11 @@ void node_link::run() {
         if (f.type == frame_type::stop) {
           why = f.body.empty() ? "the cluster was stopped" : f.body;
           break;
+        }
+        if (f.type == frame_type::part) {
+          std::optional<frame> whole = parts_.take(f.body);  // malformed: throws, and the link ends
+          if (!whole) continue;
+          f = std::move(*whole);
         }
         if (f.type != frame_type::heartbeat && on_frame_) on_frame_(std::move(f));
       } else if (io_clock::now() - last_heard > lost_after) {

@@ -103,7 +103,12 @@ class head {
     std::weak_ptr<connection> driver;
     std::uint64_t driver_id = 0;  ///< the driver's number for it
     std::string node;             ///< where it runs
-    shared_body body;             ///< as the node was sent it (to send it again)
+    std::weak_ptr<connection> node_connection;
+    /// As the node was sent it, to send it again: one run_task frame, or the
+    /// parts of a long one (a stream numbered as the task, both ways).
+    std::vector<std::pair<frame_type, shared_body>> frames;
+    bool complete = true;            ///< every part of the task arrived
+    bool outcome_streaming = false;  ///< parts of its outcome went to the driver, not the last
     std::string name;
     double num_cpus = 1, num_gpus = 0;
     std::map<std::string, double> resources;
@@ -123,6 +128,11 @@ class head {
   void route_task(const std::shared_ptr<connection>& driver, std::string&& body, std::vector<outgoing>& out);
   /// A node sent an outcome (under mu_): routed to the task's driver.
   void route_outcome(connection& from, std::string&& body, std::vector<outgoing>& out);
+  /// A part of a long task (from a driver) or outcome (from a node), under
+  /// mu_: forwarded as it comes, renumbered in place.
+  void route_part(const std::shared_ptr<connection>& from, std::string&& body, std::vector<outgoing>& out);
+  /// Sends `t` to `node` (under mu_): what arrived of it so far.
+  void forward(routed_task& t, const std::shared_ptr<connection>& node, std::vector<outgoing>& out);
   /// The node table for every driver (under mu_).
   void tell_drivers(std::vector<outgoing>& out);
   std::string nodes_json_locked() const;
@@ -168,7 +178,11 @@ class node_link {
 
   const std::string& node_id() const noexcept { return id_; }
   /// Sends a frame to the head (any thread). @throws io_error if the link is down.
-  void send(frame_type type, std::string_view body);
+  void send(frame_type type, std::string_view body) { send(type, std::span<const std::string_view>(&body, 1)); }
+  /// Sends a frame whose body is `pieces` joined, a long one in parts (other
+  /// senders and heartbeats go between them). @throws io_error if the link is
+  /// down, wire_error if it is over max_long_body (then nothing was sent)
+  void send(frame_type type, std::span<const std::string_view> pieces);
 
  private:
   void run();
@@ -181,6 +195,8 @@ class node_link {
   std::atomic<bool> sending_{false};  ///< a frame is on its way out
   int wake_fd_ = -1;
   frame_decoder in_;  ///< the connection's, from the handshake on
+  part_assembler parts_;  ///< long frames from the head (the link's thread)
+  std::atomic<std::uint64_t> next_stream_{0};
   std::string id_;
   std::function<void(const std::string&)> on_end_;
   std::function<void(frame&&)> on_frame_;

@@ -16,25 +16,27 @@ namespace {
 
 constexpr std::size_t prefix = sizeof(std::uint64_t) + sizeof(std::uint32_t);
 
-std::string assemble(std::uint64_t id, const json& header, std::string_view payload) {
+/// The id, the header's length and the header: what goes before the payload.
+std::string head_bytes(std::uint64_t id, const json& header) {
   const std::string h = header.dump(-1, ' ', false, json::error_handler_t::replace);
   const auto hlen = static_cast<std::uint32_t>(h.size());
   std::string body(prefix, '\0');
   std::memcpy(body.data(), &id, sizeof id);
   std::memcpy(body.data() + sizeof id, &hlen, sizeof hlen);
   body += h;
-  body += payload;
   return body;
 }
 
 struct parts {
   std::uint64_t id;
   json header;
-  std::string_view payload;
+  std::string_view payload;    ///< what of it is in the body given
+  std::uint64_t payload_size;  ///< its whole length
 };
 
-parts split(std::string_view body) {
-  if (body.size() < prefix) throw wire_error("manta bridge: a task frame shorter than its prefix");
+/// @param total  the whole body's length (`body` may be its start)
+parts split(std::string_view body, std::uint64_t total) {
+  if (body.size() < prefix || total < body.size()) throw wire_error("manta bridge: a task frame shorter than its prefix");
   parts p{};
   std::uint32_t hlen = 0;
   std::memcpy(&p.id, body.data(), sizeof p.id);
@@ -47,12 +49,16 @@ parts split(std::string_view body) {
   }
   if (!p.header.is_object()) throw wire_error("manta bridge: a task frame's header is not an object");
   p.payload = body.substr(prefix + hlen);
+  p.payload_size = total - prefix - hlen;
   return p;
 }
+parts split(std::string_view body) { return split(body, body.size()); }
 
 }  // namespace
 
-std::string encode_task(const remote_task& t) {
+std::string encode_task(const remote_task& t) { return encode_task_head(t) + t.args; }
+
+std::string encode_task_head(const remote_task& t) {
   json h = {{"function", t.function},   {"name", t.name},
             {"mode", t.mode},           {"num_returns", t.num_returns},
             {"arg_count", t.arg_count}, {"num_cpus", t.num_cpus},
@@ -60,11 +66,11 @@ std::string encode_task(const remote_task& t) {
             {"memory", t.memory},       {"max_retries", t.max_retries},
             {"retry_exceptions", t.retry_exceptions}, {"timeout_ns", t.timeout_ns},
             {"max_calls", t.max_calls}};
-  return assemble(t.id, h, t.args);
+  return head_bytes(t.id, h);
 }
 
-remote_task decode_task(std::string_view body, bool with_args) {
-  parts p = split(body);
+namespace {
+remote_task decode_task_header(const parts& p) {
   remote_task t;
   t.id = p.id;
   try {
@@ -86,19 +92,37 @@ remote_task decode_task(std::string_view body, bool with_args) {
     throw wire_error(std::string("manta bridge: a malformed task: ") + e.what());
   }
   if (t.num_returns == 0) throw wire_error("manta bridge: a task with no result");
+  return t;
+}
+}  // namespace
+
+remote_task decode_task(std::string_view body, bool with_args) {
+  parts p = split(body);
+  remote_task t = decode_task_header(p);
   if (with_args) t.args.assign(p.payload);
   return t;
 }
 
+remote_task decode_task(std::string&& body) {
+  parts p = split(body);
+  remote_task t = decode_task_header(p);
+  body.erase(0, body.size() - p.payload.size());  // (a move within the string: no second copy)
+  t.args = std::move(body);
+  return t;
+}
+
 std::string encode_outcome(const task_outcome& o) {
+  std::string body = encode_outcome_head(o);
+  if (o.ok)
+    for (const auto& v : o.values) body += v.bytes;
+  return body;
+}
+
+std::string encode_outcome_head(const task_outcome& o) {
   json h = {{"ok", o.ok}, {"node", o.node}};
-  std::string payload;
   if (o.ok) {
     json values = json::array();
-    for (const auto& v : o.values) {
-      values.push_back({{"tag", v.tag}, {"size", v.bytes.size()}});
-      payload += v.bytes;
-    }
+    for (const auto& v : o.values) values.push_back({{"tag", v.tag}, {"size", v.bytes.size()}});
     h["values"] = std::move(values);
   } else {
     const remote_error& e = o.error;
@@ -106,11 +130,14 @@ std::string encode_outcome(const task_outcome& o) {
                   {"function", e.function}, {"chain", e.chain},   {"stack", e.stack},
                   {"pid", e.pid},     {"signal", e.signal}};
   }
-  return assemble(o.id, h, payload);
+  return head_bytes(o.id, h);
 }
 
-task_outcome decode_outcome(std::string_view body, bool with_values) {
-  parts p = split(body);
+namespace {
+/// The outcome in `p`; its values' sizes are checked against the payload's
+/// whole length, and each is copied out when `take` says so.
+template <class Take>
+task_outcome read_outcome(const parts& p, Take&& take) {
   task_outcome o;
   o.id = p.id;
   try {
@@ -118,15 +145,16 @@ task_outcome decode_outcome(std::string_view body, bool with_values) {
     o.ok = h.at("ok").get<bool>();
     o.node = h.at("node").get<std::string>();
     if (o.ok) {
-      std::size_t at = 0;
-      for (const auto& v : h.at("values")) {
-        const auto size = v.at("size").get<std::uint64_t>();
-        if (size > p.payload.size() - at) throw wire_error("manta bridge: an outcome's values run past its end");
-        const auto tag = v.at("tag").get<std::uint64_t>();
-        if (with_values) o.values.push_back({tag, std::string(p.payload.substr(at, size))});
+      std::uint64_t at = 0;
+      const json& values = h.at("values");
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const auto size = values[i].at("size").get<std::uint64_t>();
+        if (size > p.payload_size - at) throw wire_error("manta bridge: an outcome's values run past its end");
+        o.values.push_back({values[i].at("tag").get<std::uint64_t>(), {}});
+        take(o.values.back(), at, size, i + 1 == values.size());
         at += size;
       }
-      if (at != p.payload.size()) throw wire_error("manta bridge: an outcome with bytes past its values");
+      if (at != p.payload_size) throw wire_error("manta bridge: an outcome with bytes past its values");
     } else {
       const json& e = h.at("error");
       o.error.kind = e.at("kind").get<std::uint8_t>();
@@ -141,6 +169,37 @@ task_outcome decode_outcome(std::string_view body, bool with_values) {
   } catch (const json::exception& e) {
     throw wire_error(std::string("manta bridge: a malformed outcome: ") + e.what());
   }
+  return o;
+}
+}  // namespace
+
+task_outcome decode_outcome(std::string_view body, bool with_values) {
+  parts p = split(body);
+  task_outcome o = read_outcome(p, [&](remote_value& v, std::uint64_t at, std::uint64_t size, bool) {
+    if (with_values) v.bytes.assign(p.payload.substr(at, size));
+  });
+  if (!with_values) o.values.clear();
+  return o;
+}
+
+task_outcome decode_outcome(std::string&& body) {
+  parts p = split(body);
+  std::uint64_t last_at = 0;
+  task_outcome o = read_outcome(p, [&](remote_value& v, std::uint64_t at, std::uint64_t size, bool last) {
+    if (last) last_at = at;  // moved out below, once the header is read
+    else v.bytes.assign(p.payload.substr(at, size));
+  });
+  if (o.ok && !o.values.empty()) {
+    body.erase(0, body.size() - p.payload.size() + last_at);
+    o.values.back().bytes = std::move(body);
+  }
+  return o;
+}
+
+task_outcome decode_outcome_head(std::string_view start, std::uint64_t total) {
+  parts p = split(start, total);
+  task_outcome o = read_outcome(p, [](remote_value&, std::uint64_t, std::uint64_t, bool) {});
+  o.values.clear();
   return o;
 }
 

@@ -53,13 +53,24 @@ struct task_outcome {
 };
 
 std::string encode_task(const remote_task& t);
-/// @param with_args  false: the arguments are checked to be there, not copied
+/// What goes before the arguments (a task's body is this, then t.args).
+std::string encode_task_head(const remote_task& t);
+/// @param with_args  false: only the header is read (`body` may be the start of one)
 /// @throws wire_error if the body is malformed
 remote_task decode_task(std::string_view body, bool with_args = true);
+/// The same, the arguments moved out of `body` rather than copied.
+remote_task decode_task(std::string&& body);
 std::string encode_outcome(const task_outcome& o);
+/// What goes before the values (an outcome's body is this, then each value's bytes).
+std::string encode_outcome_head(const task_outcome& o);
 /// @param with_values  false: the values' sizes are checked against the body, nothing copied
 /// @throws wire_error if the body is malformed
 task_outcome decode_outcome(std::string_view body, bool with_values = true);
+/// The same, the last value moved out of `body` rather than copied.
+task_outcome decode_outcome(std::string&& body);
+/// Checks the start of an outcome whose body is `total` bytes long (the
+/// values' sizes against it); returns it without values. @throws wire_error
+task_outcome decode_outcome_head(std::string_view start, std::uint64_t total);
 
 /// The task's number, read from an encoded task or outcome without decoding
 /// the rest (the head renumbers what it forwards). @throws wire_error

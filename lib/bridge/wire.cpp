@@ -38,6 +38,101 @@ std::string encode(frame_type type, std::string_view body) {
   return out;
 }
 
+namespace {
+constexpr std::uint8_t part_first = 1, part_last = 2, part_abort = 4;
+constexpr std::size_t part_short = 8 + 1, part_long = part_short + 2 + 8;
+}  // namespace
+
+std::string encode_part_header(const part_header& h) {
+  std::string out;
+  out.reserve(part_long);
+  put_le(out, h.stream, 8);
+  out.push_back(static_cast<char>((h.first ? part_first : 0) | (h.last ? part_last : 0) | (h.abort ? part_abort : 0)));
+  if (h.first) {
+    put_le(out, static_cast<std::uint16_t>(h.type), 2);
+    put_le(out, h.total, 8);
+  }
+  return out;
+}
+
+part_header decode_part_header(std::string_view body, std::string_view& bytes) {
+  if (body.size() < part_short) throw wire_error("manta bridge: a part shorter than its header");
+  part_header h;
+  h.stream = get_le(body.data(), 8);
+  const auto flags = static_cast<std::uint8_t>(body[8]);
+  if (flags & ~(part_first | part_last | part_abort)) throw wire_error("manta bridge: a part with unknown flags");
+  h.first = flags & part_first;
+  h.last = flags & part_last;
+  h.abort = flags & part_abort;
+  std::size_t at = part_short;
+  if (h.first) {
+    if (body.size() < part_long) throw wire_error("manta bridge: a first part shorter than its header");
+    h.type = static_cast<frame_type>(get_le(body.data() + part_short, 2));
+    h.total = get_le(body.data() + part_short + 2, 8);
+    if (h.type == frame_type::part) throw wire_error("manta bridge: a part of a part");
+    if (h.total > max_long_body)
+      throw wire_error("manta bridge: a long frame of " + std::to_string(h.total) + " bytes, over the " +
+                       std::to_string(max_long_body >> 30) + " GiB limit");
+    at = part_long;
+  }
+  bytes = body.substr(at);
+  return h;
+}
+
+std::uint64_t total_size(std::span<const std::string_view> pieces) {
+  std::uint64_t total = 0;
+  for (auto p : pieces) total += p.size();
+  if (total > max_long_body)
+    throw wire_error("manta bridge: " + std::to_string(total) + " bytes to send, over the " +
+                     std::to_string(max_long_body >> 30) + " GiB a frame may carry");
+  return total;
+}
+
+std::string part_frame_header(const part_header& h, std::size_t bytes) {
+  std::string prefix = encode_part_header(h);
+  std::string out = frame_header(frame_type::part, prefix.size() + bytes);
+  out += prefix;
+  return out;
+}
+
+std::optional<frame> part_assembler::take(std::string_view part_body) {
+  std::string_view bytes;
+  part_header h = decode_part_header(part_body, bytes);
+  auto it = streams_.find(h.stream);
+  if (h.first) {
+    if (it != streams_.end()) throw wire_error("manta bridge: a stream started twice");
+    if (h.total > max_pending_ - pending_)
+      throw wire_error("manta bridge: long frames of more than " + std::to_string(max_pending_) +
+                       " bytes on their way at once");
+    pending_ += h.total;
+    partial p;
+    p.type = h.type;
+    p.total = h.total;
+    p.body.reserve(h.total);  // (the peer proved the token: its announcement is believed)
+    it = streams_.emplace(h.stream, std::move(p)).first;
+  } else if (it == streams_.end()) {
+    if (h.abort) return std::nullopt;  // (one that never began here)
+    throw wire_error("manta bridge: a part of a stream that never began");
+  }
+  partial& p = it->second;
+  if (h.abort) {
+    pending_ -= p.total;
+    streams_.erase(it);
+    return std::nullopt;
+  }
+  if (bytes.size() > p.total - p.body.size()) throw wire_error("manta bridge: a long frame runs past its length");
+  p.body.append(bytes);
+  const bool complete = p.body.size() == p.total;
+  if (complete != h.last)
+    throw wire_error(h.last ? "manta bridge: a long frame ended short of its length"
+                            : "manta bridge: a long frame goes on past its length");
+  if (!complete) return std::nullopt;
+  frame f{p.type, std::move(p.body)};
+  pending_ -= p.total;
+  streams_.erase(it);
+  return f;
+}
+
 std::optional<frame> frame_decoder::next() {
   if (pending() < length_bytes) return std::nullopt;
   const char* head = buffer_.data() + start_;

@@ -3,11 +3,18 @@
 // decoder takes bytes as they arrive from a socket, checks the length against
 // a limit before it keeps anything (a peer announcing 4 GiB gets an error, not
 // an allocation), and hands out whole frames.
+//
+// A body longer than part_size travels as parts (frame_type::part), each of
+// them a frame: no frame is ever large, other frames (heartbeats, small tasks)
+// go between the parts of a long one, and the head forwards each part as it
+// arrives instead of holding the whole body.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -16,6 +23,10 @@ namespace manta::bridge {
 
 /// A frame's body may be at most this long unless a decoder is told less.
 inline constexpr std::size_t max_frame_body = 64u << 20;
+/// Bodies longer than this go as parts of at most this many bytes.
+inline constexpr std::size_t part_size = 8u << 20;
+/// A body sent as parts may be at most this long.
+inline constexpr std::uint64_t max_long_body = std::uint64_t{16} << 30;
 
 enum class frame_type : std::uint16_t {
   challenge = 1,  ///< head -> peer: a nonce to prove the token on
@@ -32,6 +43,7 @@ enum class frame_type : std::uint16_t {
   run_task = 12,        ///< driver -> head -> node: a task to run (bridge/task_wire)
   task_result = 13,     ///< node -> head -> driver: its outcome (bridge/task_wire)
   cluster_update = 14,  ///< head -> driver: the node table (JSON), whenever it changes
+  part = 15,            ///< either way: a piece of a long frame (part_header, then the bytes)
 };
 
 /// A malformed or oversized frame: the connection it came on is closed.
@@ -50,6 +62,55 @@ std::string encode(frame_type type, std::string_view body);
 /// The 6 bytes that go before a body of `body_size` bytes (the body then goes
 /// as it is, with no copy). @throws wire_error if it is over max_frame_body.
 std::string frame_header(frame_type type, std::size_t body_size);
+
+/// What goes before the bytes of a part: the stream (the sender's number for
+/// the long frame), whether it is the first or last part or ends the stream
+/// unfinished, and, in the first, the long frame's type and its whole length.
+struct part_header {
+  std::uint64_t stream = 0;
+  bool first = false, last = false, abort = false;
+  frame_type type{};         ///< the long frame's (first part only)
+  std::uint64_t total = 0;   ///< the long frame's body length (first part only)
+};
+/// The bytes of a part's header.
+std::string encode_part_header(const part_header& h);
+/// Reads a part's header; `bytes` is set to what follows it. @throws wire_error
+part_header decode_part_header(std::string_view body, std::string_view& bytes);
+
+/// Calls `send(header, bytes)` for each frame that carries a long frame of
+/// type `type` made of `pieces` (in order) as stream `stream`: one plain frame
+/// if it is short, else parts. A part never spans two pieces, and the first
+/// piece goes whole in the first part (it holds what a router reads: a task's
+/// or an outcome's header). @throws wire_error if the first piece is over
+/// max_frame_body (then nothing was sent)
+/// @throws wire_error if it is over max_long_body
+template <class Send>
+void for_each_frame(frame_type type, std::span<const std::string_view> pieces, std::uint64_t stream,
+                    Send&& send);
+std::uint64_t total_size(std::span<const std::string_view> pieces);
+std::string part_frame_header(const part_header& h, std::size_t bytes);
+
+/// Puts long frames back together from their parts, each stream apart.
+class part_assembler {
+ public:
+  /// @param max_pending  bytes at most announced by unfinished streams
+  explicit part_assembler(std::uint64_t max_pending = 2 * max_long_body) : max_pending_(max_pending) {}
+  /// Takes the body of a part frame; returns the long frame once its last part arrived.
+  /// @throws wire_error for a part out of order, too long, or of an unknown stream
+  std::optional<frame> take(std::string_view part_body);
+  /// Streams not finished.
+  std::size_t open_streams() const noexcept { return streams_.size(); }
+
+ private:
+  struct partial {
+    frame_type type{};
+    std::uint64_t total = 0;
+    std::string body;
+  };
+  std::uint64_t max_pending_;
+  std::uint64_t pending_ = 0;  ///< the totals of the open streams
+  std::map<std::uint64_t, partial> streams_;
+};
 
 class frame_decoder {
  public:
@@ -71,5 +132,39 @@ class frame_decoder {
   std::string buffer_;
   std::size_t start_ = 0;  ///< where the next frame begins in buffer_
 };
+
+template <class Send>
+void for_each_frame(frame_type type, std::span<const std::string_view> pieces, std::uint64_t stream,
+                    Send&& send) {
+  const std::uint64_t total = total_size(pieces);
+  if (total <= part_size && pieces.size() == 1) {
+    send(frame_header(type, total), *pieces.begin());
+    return;
+  }
+  if (total <= part_size) {  // short, but in pieces: joined (a copy of at most part_size bytes)
+    std::string body;
+    body.reserve(total);
+    for (auto p : pieces) body.append(p);
+    send(frame_header(type, total), std::string_view(body));
+    return;
+  }
+  part_header h{stream, true, false, false, type, total};
+  std::uint64_t sent = 0;
+  bool first_piece = true;
+  for (std::string_view p : pieces) {
+    if (p.empty() && !first_piece) continue;
+    std::size_t at = 0;
+    do {
+      // The first piece (a task's or an outcome's header) whole, however long.
+      const std::size_t n = first_piece ? p.size() : std::min(part_size, p.size() - at);
+      sent += n;
+      h.last = sent == total;
+      send(part_frame_header(h, n), p.substr(at, n));
+      h.first = false;
+      at += n;
+    } while (at < p.size());
+    first_piece = false;
+  }
+}
 
 }  // namespace manta::bridge

@@ -161,10 +161,11 @@ void cluster_driver::send_loop() {
       t = std::move(queue_.front());
       queue_.pop_front();
     }
-    std::string body;
     try {
-      body = bridge::encode_task(t);
-      link_->send(bridge::frame_type::run_task, body);
+      // The header, then the arguments as they are (a long task goes in parts, uncopied).
+      const std::string head = bridge::encode_task_head(t);
+      const std::string_view pieces[] = {head, t.args};
+      link_->send(bridge::frame_type::run_task, pieces);
     } catch (const bridge::io_error&) {
       // The link broke (send shut it down): its end fails every task sent and
       // unanswered, this one with them (it waits in the runtime's remote lane).
@@ -202,7 +203,7 @@ void cluster_driver::apply_loop() {
 
 void cluster_driver::on_frame(bridge::frame&& f) {
   if (f.type == bridge::frame_type::task_result) {
-    bridge::task_outcome o = bridge::decode_outcome(f.body);  // malformed: throws, and the link ends
+    bridge::task_outcome o = bridge::decode_outcome(std::move(f.body));  // malformed: throws, and the link ends
     {
       std::lock_guard lock(mu_);
       inbound_.push_back({false, {}, std::move(o)});
@@ -300,10 +301,10 @@ bridge::task_outcome finish(node_runtime& rt, job& j) {
       o = failed_outcome(j.id, e->error->describe());
     } else if (!e->contained.empty()) {
       o = failed_outcome(j.id, usage("manta: a result holding object_refs cannot go back to another node yet", ""));
-    } else if ((bytes += e->size) > bridge::max_frame_body - 4096) {
+    } else if ((bytes += e->size) > bridge::max_long_body - (1u << 20)) {
       o = failed_outcome(j.id, usage("manta: results of " + std::to_string(bytes) + " bytes are over the " +
-                                         std::to_string(bridge::max_frame_body >> 20) +
-                                         " MiB a result may carry between nodes",
+                                         std::to_string(bridge::max_long_body >> 30) +
+                                         " GiB a result may carry between nodes",
                                      ""));
     } else {
       detail::object_data d = rt.fetch(n, detail::no_deadline);  // sealed: returns at once, pinned
@@ -339,7 +340,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         // Only decoded here: the link's thread must keep reading (submitting may
         // put large arguments into the arena, and spill).
         if (f.type != bridge::frame_type::run_task) return;
-        bridge::remote_task t = bridge::decode_task(f.body);  // malformed: the link ends
+        bridge::remote_task t = bridge::decode_task(std::move(f.body));  // malformed: the link ends
         std::lock_guard lock(mu);
         inbox.push_back(std::move(t));
         cv.notify_all();
@@ -349,20 +350,23 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
 
   auto answer = [&](bridge::task_outcome o) {
     o.node = me_id;
-    std::string body;
     try {
-      body = bridge::encode_outcome(o);
-      if (body.size() > bridge::max_frame_body) throw bridge::wire_error("over the frame limit");
-    } catch (const std::exception&) {
-      // Too large to travel (results, or an error's text): the driver hears why, not nothing.
-      body = bridge::encode_outcome(failed_outcome(
-          o.id, usage("manta: the outcome of a task is over the " + std::to_string(bridge::max_frame_body >> 20) +
-                          " MiB a frame may carry between nodes",
-                      o.error.function)));
+      // The header, then each value as it is (a long outcome goes in parts, uncopied).
+      const std::string head = bridge::encode_outcome_head(o);
+      std::vector<std::string_view> pieces{head};
+      for (const auto& v : o.values) pieces.push_back(v.bytes);
+      link.send(bridge::frame_type::task_result, pieces);
+      return;
+    } catch (const bridge::wire_error& e) {
+      // Too large to travel (its header: an error's text): the driver hears why, not nothing.
+      o = failed_outcome(o.id, usage(std::string("manta: the outcome of a task could not be sent back: ") + e.what(),
+                                     o.error.function));
+    } catch (const std::exception&) {  // the link broke (send ended it): its callback says why
+      return;
     }
     try {
-      link.send(bridge::frame_type::task_result, body);
-    } catch (const std::exception&) {  // the link broke (send ended it): its callback says why
+      link.send(bridge::frame_type::task_result, bridge::encode_outcome(o));
+    } catch (const std::exception&) {
     }
   };
 

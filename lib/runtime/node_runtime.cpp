@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -393,7 +394,7 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   out.timeout_ns = t.options.timeout_ns;
   out.max_calls = t.options.max_calls;
   // Every argument as a value: the node that runs it has none of this node's objects.
-  const std::size_t limit = bridge::max_frame_body - (64u << 10);
+  const std::uint64_t limit = bridge::max_long_body - (1u << 20);
   try {
     process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
       if (a.kind == process::arg_kind::value) {
@@ -402,7 +403,8 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
         return;
       }
       object_entry* e = t.deps[a.size_or_index];
-      if (out.args.size() + e->size > limit) return;  // refused below
+      if (out.args.size() + e->size > limit || e->size > std::numeric_limits<std::uint32_t>::max())
+        return;  // refused below
       store_->pin(e);  // back from the spill file, if it is there
       struct unpin_at_end {
         object_store& s;
@@ -415,12 +417,18 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   } catch (const std::exception&) {
     return ipc::error_from_exception(std::current_exception(), t.name(), pid_);
   }
-  std::size_t total = t.args.size();
-  for (auto* e : t.deps) total += e->size;
+  std::uint64_t total = t.args.size();
+  for (auto* e : t.deps) {
+    total += e->size;
+    if (e->size > std::numeric_limits<std::uint32_t>::max())
+      return refuse(ipc::error_kind::usage, "manta::usage_error",
+                    "manta: task '" + t.name() + "' has an argument of " + std::to_string(e->size) +
+                        " bytes; one of at most 4 GiB may travel to another node");
+  }
   if (total > limit)
     return refuse(ipc::error_kind::usage, "manta::usage_error",
                   "manta: task '" + t.name() + "' has " + std::to_string(total) + " bytes of arguments, over the " +
-                      std::to_string(limit >> 20) + " MiB a task may carry to another node");
+                      std::to_string(limit >> 30) + " GiB a task may carry to another node");
   if (!cluster_->send(std::move(out)))
     return refuse(ipc::error_kind::node_died, "manta::node_died_error",
                   "manta: task '" + t.name() + "' needs another node, and the cluster is gone (" + cluster_->lost() +

@@ -4,7 +4,8 @@
 // bounds, never keep more than the limit allows. Every frame's body then meets
 // the task and outcome decoders (what the head, a node and a driver read),
 // which must decode it or throw wire_error, and whose output re-encodes to
-// something that decodes to the same.
+// something that decodes to the same (moved out of the body or copied), and
+// the part assembler, which must put long frames together or throw wire_error.
 #include <cstddef>
 #include <cstdint>
 
@@ -17,6 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // The first byte picks the piece size; the limit is small so long frames are exercised too.
   const std::size_t piece = 1 + data[0] % 17;
   frame_decoder decoder(4096);
+  part_assembler parts(1 << 20);  // announcements past a MiB are refused
   try {
     for (std::size_t at = 1; at < size; at += piece) {
       decoder.feed(data + at, std::min(piece, size - at));
@@ -28,8 +30,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         again.feed(bytes.data(), bytes.size());
         auto back = again.next();
         if (!back || back->type != f->type || back->body != f->body) __builtin_trap();
+        try {  // as a part of a long frame
+          if (auto whole = parts.take(f->body))
+            if (whole->body.size() > (1 << 20)) __builtin_trap();
+        } catch (const wire_error&) {
+        }
         try {
           remote_task t = decode_task(f->body);
+          if (decode_task(std::string(f->body)).args != t.args) __builtin_trap();
           remote_task t2 = decode_task(encode_task(t));
           if (t2.id != t.id || t2.args != t.args || t2.name != t.name || t2.resources != t.resources) __builtin_trap();
           if (peek_id(with_id(f->body, 7)) != 7) __builtin_trap();
@@ -37,6 +45,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         try {
           task_outcome o = decode_outcome(f->body);
+          task_outcome moved = decode_outcome(std::string(f->body));
+          if (moved.values.size() != o.values.size() || (!o.values.empty() && moved.values.back().bytes != o.values.back().bytes))
+            __builtin_trap();
+          if (decode_outcome_head(f->body, f->body.size()).id != o.id) __builtin_trap();
           task_outcome o2 = decode_outcome(encode_outcome(o));
           if (o2.ok != o.ok || o2.values.size() != o.values.size() || o2.error.message != o.error.message)
             __builtin_trap();
