@@ -4,14 +4,18 @@
 //     nodes have), with one node and then two, against the same tasks run by
 //     the driver's own workers;
 //   - bytes through the cluster: a task whose argument is a stored object of
-//     1 MB / 16 MB / 60 MB (it travels to the node) and one that returns as much;
+//     1 MiB / 16 MiB / 60 MiB / 1 GiB (it travels to the node, in parts past
+//     8 MiB) and one that returns as much, beside what loopback TCP carries alone;
 //   - time from `manta start -- ./app` to a node the head lists;
 //   - time to see a node lost: SIGKILLed, and SIGSTOPped.
 // It starts the head and the nodes itself (the nodes are this program, run
 // with MANTA_NODE by `manta start`), drives, and stops them all.
 //
 //   manta_cluster [rounds=5] [tasks=3000]
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +26,7 @@
 #include <fstream>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <manta/manta.hpp>
@@ -95,6 +100,44 @@ void rates(const char* label, int rounds, int tasks) {
               median(local), median(remote), median(remote) / median(local));
 }
 
+/// What loopback TCP carries alone on this machine: `bytes` from one thread
+/// to another through one connection, in the bridge's 256 KiB reads.
+double loopback_gbps(std::size_t bytes) {
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener, 1) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    return 0;
+  int out = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (::connect(out, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return 0;
+  int in = ::accept(listener, nullptr, nullptr);
+  std::thread reader([&] {
+    std::vector<char> buf(256 << 10);
+    std::size_t got = 0;
+    while (got < bytes) {
+      ssize_t n = ::recv(in, buf.data(), buf.size(), 0);
+      if (n <= 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+  });
+  std::vector<char> data(8 << 20, 'x');
+  auto t0 = clock_type::now();
+  for (std::size_t sent = 0; sent < bytes;) {
+    ssize_t n = ::send(out, data.data(), std::min(data.size(), bytes - sent), 0);
+    if (n <= 0) break;
+    sent += static_cast<std::size_t>(n);
+  }
+  reader.join();
+  double gbps = static_cast<double>(bytes) / seconds_since(t0) / 1e9;
+  ::close(out);
+  ::close(in);
+  ::close(listener);
+  return gbps;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -126,10 +169,11 @@ int main(int argc, char** argv) {
   while (alive_nodes() < 2) usleep(1000);
   rates("empty tasks, 2 nodes:", rounds, tasks);
 
-  for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{60} << 20}) {
+  std::printf("loopback TCP alone, 1 GiB through one connection: %.3f GB/s\n", loopback_gbps(std::size_t{1} << 30));
+  for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{16} << 20, std::size_t{60} << 20, std::size_t{1} << 30}) {
     auto big = manta::put(std::vector<char>(bytes, 'x'));
     std::vector<double> out, back;
-    for (int r = 0; r < rounds; ++r) {
+    for (int r = 0; r < (bytes >= (std::size_t{1} << 30) ? std::min(rounds, 3) : rounds); ++r) {
       auto t0 = clock_type::now();
       manta::get(manta::task(size_of).resources({{"remote", 1}}).remote(big));
       out.push_back(static_cast<double>(bytes) / seconds_since(t0) / 1e9);
@@ -137,7 +181,7 @@ int main(int argc, char** argv) {
       manta::get(manta::task(bytes_of).resources({{"remote", 1}}).remote(bytes));
       back.push_back(static_cast<double>(bytes) / seconds_since(t0) / 1e9);
     }
-    std::printf("%3zu MB argument to a node: %.3f GB/s   result from a node: %.3f GB/s (whole task)\n", bytes >> 20,
+    std::printf("%4zu MiB argument to a node: %.3f GB/s   result from a node: %.3f GB/s (whole task)\n", bytes >> 20,
                 median(out), median(back));
   }
 

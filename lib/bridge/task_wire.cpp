@@ -114,7 +114,7 @@ remote_task decode_task(std::string&& body) {
 std::string encode_outcome(const task_outcome& o) {
   std::string body = encode_outcome_head(o);
   if (o.ok)
-    for (const auto& v : o.values) body += v.bytes;
+    for (const auto& v : o.values) body += v.data();
   return body;
 }
 
@@ -122,7 +122,7 @@ std::string encode_outcome_head(const task_outcome& o) {
   json h = {{"ok", o.ok}, {"node", o.node}};
   if (o.ok) {
     json values = json::array();
-    for (const auto& v : o.values) values.push_back({{"tag", v.tag}, {"size", v.bytes.size()}});
+    for (const auto& v : o.values) values.push_back({{"tag", v.tag}, {"size", v.data().size()}});
     h["values"] = std::move(values);
   } else {
     const remote_error& e = o.error;

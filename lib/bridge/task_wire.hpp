@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,9 @@ struct remote_error {
 struct remote_value {
   std::uint64_t tag = 0;  ///< the stored type
   std::string bytes;
+  /// Instead of `bytes`, when set: bytes the sender keeps alive until sent (encoding reads them).
+  std::optional<std::string_view> borrowed;
+  std::string_view data() const noexcept { return borrowed ? *borrowed : std::string_view(bytes); }
 };
 
 struct task_outcome {

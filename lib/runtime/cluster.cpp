@@ -91,15 +91,27 @@ cluster_driver::cluster_driver(node_runtime& rt, const std::string& address, con
 
 cluster_driver::~cluster_driver() { leave(); }
 
+void cluster_driver::give_back(outgoing& o) noexcept {
+  for (auto& h : o.held) rt_.sent(h.node);
+  o.held.clear();
+}
+
+void cluster_driver::give_back(std::deque<outgoing>& q) noexcept {
+  for (auto& o : q) give_back(o);
+  q.clear();
+}
+
 void cluster_driver::leave() {
+  std::deque<outgoing> unsent;
   {
     std::lock_guard lock(mu_);
     if (left_) return;
     left_ = true;
     stopping_ = true;
-    queue_.clear();
+    unsent.swap(queue_);
     inbound_.clear();
   }
+  give_back(unsent);
   cv_.notify_all();
   if (sender_.joinable()) sender_.join();
   if (applier_.joinable()) applier_.join();
@@ -131,11 +143,19 @@ double cluster_driver::spare_cpus(const detail::task_options& o) const {
   return cpus;
 }
 
-bool cluster_driver::send(bridge::remote_task t) {
+bool cluster_driver::send(bridge::remote_task t, std::vector<held_argument> held) {
+  outgoing o{std::move(t), std::move(held)};
+  bool queued = false;
   {
     std::lock_guard lock(mu_);
-    if (!lost_.empty() || stopping_) return false;
-    queue_.push_back(std::move(t));
+    if (lost_.empty() && !stopping_) {
+      queue_.push_back(std::move(o));
+      queued = true;
+    }
+  }
+  if (!queued) {
+    give_back(o);  // (under the scheduler's lock: the task holds counts too, so never the last)
+    return false;
   }
   cv_.notify_all();  // the sender, not the applier, waits for this
   return true;
@@ -153,18 +173,32 @@ std::string cluster_driver::lost() const {
 
 void cluster_driver::send_loop() {
   for (;;) {
-    bridge::remote_task t;
+    outgoing o;
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !lost_.empty() || !queue_.empty(); });
       if (stopping_ || !lost_.empty()) return;  // what was queued fails with the cluster (cluster_lost)
-      t = std::move(queue_.front());
+      o = std::move(queue_.front());
       queue_.pop_front();
     }
+    struct given_back {
+      cluster_driver& d;
+      outgoing& o;
+      ~given_back() { d.give_back(o); }
+    } at_end{*this, o};
+    const bridge::remote_task& t = o.task;
     try {
-      // The header, then the arguments as they are (a long task goes in parts, uncopied).
+      // The header, then the arguments: inline ones from the blob, stored ones
+      // from the arena (a long task goes in parts, nothing joined or copied).
       const std::string head = bridge::encode_task_head(t);
-      const std::string_view pieces[] = {head, t.args};
+      std::vector<std::string_view> pieces{head};
+      std::size_t from = 0;
+      for (const held_argument& h : o.held) {
+        pieces.push_back(std::string_view(t.args).substr(from, h.at - from));
+        pieces.push_back(h.bytes);
+        from = h.at;
+      }
+      pieces.push_back(std::string_view(t.args).substr(from));
       link_->send(bridge::frame_type::run_task, pieces);
     } catch (const bridge::io_error&) {
       // The link broke (send shut it down): its end fails every task sent and
@@ -233,15 +267,17 @@ void cluster_driver::on_frame(bridge::frame&& f) {
 }
 
 void cluster_driver::on_end(const std::string& why) {
+  std::deque<outgoing> unsent;  // never sent: they fail with the rest
   {
     std::lock_guard lock(mu_);
     lost_ = why.empty() ? "the cluster was stopped" : why;
     for (auto& n : table_) n.alive = false;
-    queue_.clear();  // never sent: they fail with the rest
+    unsent.swap(queue_);
     // After the outcomes that arrived before it: the applier fails what is left.
     inbound_.push_back({true, lost_, {}});
   }
   cv_.notify_all();
+  give_back(unsent);
 }
 
 // ---- a node's service
@@ -252,6 +288,7 @@ namespace {
 struct job {
   std::uint64_t id = 0;
   std::vector<detail::ref_node*> returns;  ///< counted
+  std::vector<detail::ref_node*> pinned;   ///< results whose bytes its outcome borrows
 };
 
 /// Submits `t` to this node's runtime. @throws what submission throws
@@ -289,7 +326,8 @@ job start(node_runtime& rt, const bridge::remote_task& t) {
   return j;
 }
 
-/// The outcome of a job whose results are all sealed; gives its refs back.
+/// The outcome of a job whose results are all sealed; its values borrow the
+/// results' bytes in the arena (pinned) until done_with.
 bridge::task_outcome finish(node_runtime& rt, job& j) {
   bridge::task_outcome o;
   o.id = j.id;
@@ -308,13 +346,19 @@ bridge::task_outcome finish(node_runtime& rt, job& j) {
                                      ""));
     } else {
       detail::object_data d = rt.fetch(n, detail::no_deadline);  // sealed: returns at once, pinned
-      o.values.push_back({d.type_tag, std::string(reinterpret_cast<const char*>(d.data), d.size)});
-      rt.unpin(n);
+      j.pinned.push_back(n);
+      o.values.push_back({d.type_tag, {}, std::string_view(reinterpret_cast<const char*>(d.data), d.size)});
     }
   }
   if (!o.ok) o.values.clear();
-  for (auto*& n : j.returns) detail::release(std::exchange(n, nullptr));
   return o;
+}
+
+/// Gives back a finished job's results (once its outcome is sent).
+void done_with(node_runtime& rt, job& j) {
+  for (auto* n : j.pinned) rt.unpin(n);
+  j.pinned.clear();
+  for (auto*& n : j.returns) detail::release(std::exchange(n, nullptr));
 }
 
 }  // namespace
@@ -354,7 +398,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       // The header, then each value as it is (a long outcome goes in parts, uncopied).
       const std::string head = bridge::encode_outcome_head(o);
       std::vector<std::string_view> pieces{head};
-      for (const auto& v : o.values) pieces.push_back(v.bytes);
+      for (const auto& v : o.values) pieces.push_back(v.data());
       link.send(bridge::frame_type::task_result, pieces);
       return;
     } catch (const bridge::wire_error& e) {
@@ -433,7 +477,8 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       if (lost || !sealed(j)) continue;
       bridge::task_outcome o = finish(rt, j);
       if (runtime_lost(o)) lost = true;
-      else answer(std::move(o));
+      else answer(std::move(o));  // sent from the arena
+      done_with(rt, j);
     }
     std::erase_if(running, [](const job& j) { return j.returns.empty() || !j.returns[0]; });
     if (lost) {

@@ -54,9 +54,17 @@ class cluster_driver {
   /// CPUs of the alive nodes that could run a task asking `o`, as joined
   /// (what runs there is not counted: the caller counts what it sent). Any thread.
   double spare_cpus(const detail::task_options& o) const;
-  /// Queues `t` for the head; never blocks (called under the scheduler's mutex).
-  /// @returns false once the cluster is gone (lost() says why)
-  bool send(bridge::remote_task t);
+  /// A stored argument sent from where it lies in the arena: pinned and
+  /// counted until sent (then node_runtime::sent gives it back).
+  struct held_argument {
+    std::size_t at;          ///< where in the task's args its bytes go
+    std::string_view bytes;  ///< in the arena
+    detail::ref_node* node;
+  };
+  /// Queues `t` for the head, its `held` arguments' bytes to go in at their
+  /// places; never blocks (called under the scheduler's mutex).
+  /// @returns false once the cluster is gone (lost() says why); `held` is given back
+  bool send(bridge::remote_task t, std::vector<held_argument> held);
   /// The nodes of the cluster, as the head last described them.
   std::vector<manta::node_info> nodes() const;
   /// Why the cluster is gone (its head lost, or the cluster stopped), or empty.
@@ -76,7 +84,14 @@ class cluster_driver {
   std::vector<manta::node_info> table_;
   std::uint64_t version_ = 0;
   std::string lost_;
-  std::deque<bridge::remote_task> queue_;
+  struct outgoing {
+    bridge::remote_task task;
+    std::vector<held_argument> held;
+  };
+  std::deque<outgoing> queue_;
+  /// Gives back what `q` holds (with mu_ not held: a release may take the runtime's locks).
+  void give_back(std::deque<outgoing>& q) noexcept;
+  void give_back(outgoing& o) noexcept;
   /// What arrived, in order: outcomes, then (once) the end of the link. The
   /// end is handled after the outcomes before it, so none of them is lost.
   struct inbound {

@@ -393,30 +393,7 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   out.retry_exceptions = t.options.retry_exceptions;
   out.timeout_ns = t.options.timeout_ns;
   out.max_calls = t.options.max_calls;
-  // Every argument as a value: the node that runs it has none of this node's objects.
   const std::uint64_t limit = bridge::max_long_body - (1u << 20);
-  try {
-    process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
-      if (a.kind == process::arg_kind::value) {
-        process::append_arg_header(out.args, a.kind, a.tag, a.size_or_index);
-        out.args.append(a.bytes, a.size_or_index);
-        return;
-      }
-      object_entry* e = t.deps[a.size_or_index];
-      if (out.args.size() + e->size > limit || e->size > std::numeric_limits<std::uint32_t>::max())
-        return;  // refused below
-      store_->pin(e);  // back from the spill file, if it is there
-      struct unpin_at_end {
-        object_store& s;
-        object_entry* e;
-        ~unpin_at_end() { s.unpin(e); }
-      } pinned{*store_, e};
-      process::append_arg_header(out.args, process::arg_kind::value, e->type_tag, static_cast<std::uint32_t>(e->size));
-      out.args.append(reinterpret_cast<const char*>(e->data()), e->size);
-    });
-  } catch (const std::exception&) {
-    return ipc::error_from_exception(std::current_exception(), t.name(), pid_);
-  }
   std::uint64_t total = t.args.size();
   for (auto* e : t.deps) {
     total += e->size;
@@ -429,7 +406,28 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
     return refuse(ipc::error_kind::usage, "manta::usage_error",
                   "manta: task '" + t.name() + "' has " + std::to_string(total) + " bytes of arguments, over the " +
                       std::to_string(limit >> 30) + " GiB a task may carry to another node");
-  if (!cluster_->send(std::move(out)))
+  // Every argument as a value: the node that runs it has none of this node's
+  // objects. A stored one is sent from the arena by the cluster's sender (not
+  // copied here, under the scheduler's lock), pinned and counted until it is.
+  std::vector<cluster_driver::held_argument> held;
+  try {
+    process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
+      if (a.kind == process::arg_kind::value) {
+        process::append_arg_header(out.args, a.kind, a.tag, a.size_or_index);
+        out.args.append(a.bytes, a.size_or_index);
+        return;
+      }
+      object_entry* e = t.deps[a.size_or_index];
+      process::append_arg_header(out.args, process::arg_kind::value, e->type_tag, static_cast<std::uint32_t>(e->size));
+      store_->pin(e);  // back from the spill file, if it is there
+      detail::acquire(e);
+      held.push_back({out.args.size(), {reinterpret_cast<const char*>(e->data()), e->size}, e});
+    });
+  } catch (const std::exception&) {
+    for (auto& h : held) sent(h.node);  // (the task holds counts too: never the last)
+    return ipc::error_from_exception(std::current_exception(), t.name(), pid_);
+  }
+  if (!cluster_->send(std::move(out), std::move(held)))  // (gives them back itself)
     return refuse(ipc::error_kind::node_died, "manta::node_died_error",
                   "manta: task '" + t.name() + "' needs another node, and the cluster is gone (" + cluster_->lost() +
                       ")");
@@ -597,6 +595,11 @@ void node_runtime::repin(detail::ref_node* n) noexcept {
   auto* e = static_cast<object_entry*>(n);
   store_->repin(e);
   if (e->large) user_pins_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void node_runtime::sent(detail::ref_node* n) noexcept {
+  store_->unpin(static_cast<object_entry*>(n));
+  detail::release(n);
 }
 
 void node_runtime::unpin(detail::ref_node* n) noexcept {

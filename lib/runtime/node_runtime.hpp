@@ -73,6 +73,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void release(detail::ref_node* n) noexcept override;
   void repin(detail::ref_node* n) noexcept override;
   void unpin(detail::ref_node* n) noexcept override;
+  /// Gives back an object send_remote pinned and counted for the cluster's
+  /// sender (any thread holding no lock of the runtime's).
+  void sent(detail::ref_node* n) noexcept;
   void submit(detail::task_request&& request, detail::ref_node** returns) override;
   std::size_t worker_count() const noexcept override { return pool_size_; }
   std::uint32_t epoch() const noexcept override { return epoch_; }
