@@ -3,7 +3,7 @@
 // returns); otherwise it is a driver (MANTA_ADDRESS) and runs the scenario named
 // by argv[1], printing what it saw, exiting 0 if everything held.
 //   cluster_program [special]                  (MANTA_NODE) a node; "special": it has that resource
-//   cluster_program basic|spill|node_lost|head_lost|gigabyte N (MANTA_ADDRESS) a driver, once N nodes are alive
+//   cluster_program basic|spill|node_lost|head_lost|gigabyte|dies_mid_send|after_abort N (MANTA_ADDRESS) a driver, once N nodes are alive
 //   cluster_program launched N                 under mpirun or srun: rank 0 drives, the others are
 //                                              nodes with "special"
 // Every process notes its pid in CLUSTER_NODE_PID before init: a task says where it ran.
@@ -285,6 +285,26 @@ void gigabyte() {
         "a 1 GiB result came back whole (" + std::to_string(s) + " s)");
 }
 
+/// Sends a gigabyte to a node and dies while it streams out.
+void dies_mid_send() {
+  auto stored = manta::put(std::vector<std::uint8_t>(std::uint64_t{1} << 30, 1));
+  auto ref = manta::task(sample_of).resources({{"special", 1}}).remote(stored);
+  // Not a synchronisation: a gigabyte takes seconds through the head, and this
+  // kills the driver during it (had it finished, the test would still pass).
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::printf("dying mid-send\n");
+  std::fflush(stdout);
+  ::kill(::getpid(), SIGKILL);
+}
+
+/// After another driver died mid-send: the node still takes long tasks.
+void after_abort() {
+  auto long_arg = manta::put(std::vector<double>(9'000'000, 0.5));  // 72 MB, in parts
+  check(manta::get(manta::task(sum_on).resources({{"special", 1}}).remote(long_arg), std::chrono::seconds(60)) ==
+            4'500'000.0,
+        "a long task reaches the node after a driver died mid-send");
+}
+
 void head_lost() {
   auto ref = manta::task(slow_where).resources({{"special", 1}}).remote(5000);
   check(first_mark() > 0, "the task started on a node");
@@ -339,6 +359,8 @@ int main(int argc, char** argv) {
   else if (scenario == "launched") launched(want);
   else if (scenario == "head_lost") head_lost();
   else if (scenario == "gigabyte") gigabyte();
+  else if (scenario == "dies_mid_send") dies_mid_send();
+  else if (scenario == "after_abort") after_abort();
   else return 2;
   manta::shutdown();
   return failures == 0 ? 0 : 1;
