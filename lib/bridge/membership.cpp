@@ -895,7 +895,8 @@ void node_link::run() {
         if (lock) send_locked(frame_header(frame_type::heartbeat, 0), {});
         next_beat = io_clock::now() + heartbeat_every;
       }
-      receive_status st = receive(fd_, in, next_beat, f, wake_fd_);
+      frame_view v;  // parts go from the read buffer into their long frame: one copy
+      receive_status st = receive_view(fd_, in, next_beat, v, wake_fd_);
       if (st == receive_status::woken) return;  // the link is being destroyed: no callback
       if (st == receive_status::closed) {
         why = "the head was lost (its connection closed)";
@@ -907,16 +908,19 @@ void node_link::run() {
       seen = in.pending();
       if (st == receive_status::frame) {
         last_heard = io_clock::now();
-        if (f.type == frame_type::stop) {
-          why = f.body.empty() ? "the cluster was stopped" : f.body;
+        if (v.type == frame_type::stop) {
+          why = v.body.empty() ? "the cluster was stopped" : std::string(v.body);
           break;
         }
-        if (f.type == frame_type::part) {
-          std::optional<frame> whole = parts_.take(f.body);  // malformed: throws, and the link ends
+        if (v.type == frame_type::heartbeat) continue;
+        if (v.type == frame_type::part) {
+          std::optional<frame> whole = parts_.take(v.body);  // malformed: throws, and the link ends
           if (!whole) continue;
           f = std::move(*whole);
+        } else {
+          f = frame{v.type, std::string(v.body)};
         }
-        if (f.type != frame_type::heartbeat && on_frame_) on_frame_(std::move(f));
+        if (on_frame_) on_frame_(std::move(f));
       } else if (io_clock::now() - last_heard > lost_after) {
         why = "the head was lost (no heartbeat for " + std::to_string(lost_after.count()) + " ms)";
         break;

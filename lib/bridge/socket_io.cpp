@@ -62,12 +62,11 @@ void send_all(int fd, std::string_view first, std::string_view second, io_clock:
   }
 }
 
-receive_status receive(int fd, frame_decoder& in, io_clock::time_point until, frame& out, int wake_fd) {
+namespace {
+/// Waits for bytes until `until` and reads them straight into `in`'s buffer,
+/// as much as the frame begun still lacks. @returns frame when bytes came
+receive_status read_into(int fd, frame_decoder& in, io_clock::time_point until, int wake_fd) {
   for (;;) {
-    if (auto f = in.next()) {
-      out = std::move(*f);
-      return receive_status::frame;
-    }
     pollfd p[2] = {{fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
     int ready = ::poll(p, wake_fd >= 0 ? 2 : 1, left_ms(until));
     if (ready == 0) return receive_status::timeout;
@@ -76,14 +75,36 @@ receive_status receive(int fd, frame_decoder& in, io_clock::time_point until, fr
       throw io_error("manta bridge: poll: " + why(errno));
     }
     if (wake_fd >= 0 && p[1].revents) return receive_status::woken;
-    // Large reads: a frame of tens of MiB comes in a few hundred calls, not thousands.
-    thread_local std::vector<char> buf(256 << 10);
-    ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
-    if (n > 0) in.feed(buf.data(), static_cast<std::size_t>(n));
-    else if (n == 0) return receive_status::closed;
-    else if (errno == ECONNRESET || errno == EPIPE) return receive_status::closed;
-    else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
+    std::span<char> room = in.space(in.wanted());
+    ssize_t n = ::recv(fd, room.data(), room.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      in.commit(static_cast<std::size_t>(n));
+      return receive_status::frame;
+    }
+    if (n == 0 || errno == ECONNRESET || errno == EPIPE) return receive_status::closed;
+    if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
       throw io_error("manta bridge: the connection broke: " + why(errno));
+  }
+}
+}  // namespace
+
+receive_status receive(int fd, frame_decoder& in, io_clock::time_point until, frame& out, int wake_fd) {
+  for (;;) {
+    if (auto f = in.next()) {
+      out = std::move(*f);
+      return receive_status::frame;
+    }
+    if (auto st = read_into(fd, in, until, wake_fd); st != receive_status::frame) return st;
+  }
+}
+
+receive_status receive_view(int fd, frame_decoder& in, io_clock::time_point until, frame_view& out, int wake_fd) {
+  for (;;) {
+    if (auto f = in.next_view()) {
+      out = *f;
+      return receive_status::frame;
+    }
+    if (auto st = read_into(fd, in, until, wake_fd); st != receive_status::frame) return st;
   }
 }
 

@@ -32,6 +32,9 @@ enum class receive_status { frame, timeout, closed, woken };
 /// (an eventfd, -1: none) is readable. @throws wire_error for a malformed or
 /// oversized frame, io_error if the connection broke
 receive_status receive(int fd, frame_decoder& in, io_clock::time_point until, frame& out, int wake_fd = -1);
+/// The same, the frame left in `in`'s buffer (valid until `in` is next used).
+receive_status receive_view(int fd, frame_decoder& in, io_clock::time_point until, frame_view& out,
+                            int wake_fd = -1);
 
 /// A TCP connection to HOST:PORT (resolved with Boost.Asio), within `timeout`.
 /// @throws io_error naming the address and why

@@ -1,6 +1,7 @@
 // bridge/wire.cpp: encoding and decoding frames.
 #include "bridge/wire.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace manta::bridge {
@@ -133,28 +134,66 @@ std::optional<frame> part_assembler::take(std::string_view part_body) {
   return f;
 }
 
-std::optional<frame> frame_decoder::next() {
-  if (pending() < length_bytes) return std::nullopt;
-  const char* head = buffer_.data() + start_;
-  std::uint64_t length = get_le(head, length_bytes);
+void frame_decoder::feed(const void* data, std::size_t size) {
+  if (size == 0) return;
+  std::memcpy(space(size).data(), data, size);
+  commit(size);
+}
+
+std::span<char> frame_decoder::space(std::size_t bytes) {
+  if (capacity_ - end_ < bytes) {
+    const std::size_t kept = pending();
+    if (capacity_ - kept >= bytes && kept <= start_) {
+      // What was handed out goes, once it is as much as what is kept: amortised.
+      std::memmove(buffer_.get(), buffer_.get() + start_, kept);
+    } else {
+      const std::size_t grown = std::max(kept + bytes, capacity_ + capacity_ / 2);
+      auto bigger = std::make_unique_for_overwrite<char[]>(grown);
+      if (kept) std::memcpy(bigger.get(), buffer_.get() + start_, kept);
+      buffer_ = std::move(bigger);
+      capacity_ = grown;
+    }
+    start_ = 0;
+    end_ = kept;
+  }
+  return {buffer_.get() + end_, capacity_ - end_};
+}
+
+std::size_t frame_decoder::frame_length() const {
+  if (pending() < length_bytes) return 0;
+  std::uint64_t length = get_le(buffer_.get() + start_, length_bytes);
   if (length < type_bytes) throw wire_error("manta bridge: a frame too short to hold its type");
   if (length - type_bytes > max_body_)
     throw wire_error("manta bridge: a peer announced a frame of " + std::to_string(length - type_bytes) +
                      " bytes, over the " + std::to_string(max_body_) + "-byte limit");
-  if (pending() < length_bytes + length) return std::nullopt;
-  frame f;
-  f.type = static_cast<frame_type>(get_le(head + length_bytes, type_bytes));
-  f.body.assign(head + length_bytes + type_bytes, length - type_bytes);
-  start_ += length_bytes + length;
-  // What was handed out goes once it is half the buffer: amortised, no copy per frame.
-  if (start_ == buffer_.size()) {
-    buffer_.clear();
-    start_ = 0;
-  } else if (start_ > buffer_.size() / 2) {
-    buffer_.erase(0, start_);
-    start_ = 0;
+  return length_bytes + length;
+}
+
+std::size_t frame_decoder::wanted() const noexcept {
+  constexpr std::size_t at_least = 256u << 10;
+  std::size_t length = 0;
+  try {
+    length = frame_length();
+  } catch (const wire_error&) {  // (next() says so)
   }
+  return std::max(at_least, length > pending() ? length - pending() : 0);
+}
+
+std::optional<frame_view> frame_decoder::next_view() {
+  const std::size_t length = frame_length();
+  if (length == 0 || pending() < length) return std::nullopt;
+  const char* head = buffer_.get() + start_;
+  frame_view f{static_cast<frame_type>(get_le(head + length_bytes, type_bytes)),
+               std::string_view(head + length_bytes + type_bytes, length - length_bytes - type_bytes)};
+  start_ += length;
+  if (start_ == end_) start_ = end_ = 0;  // (the view stays valid: nothing is overwritten until the next read)
   return f;
+}
+
+std::optional<frame> frame_decoder::next() {
+  auto v = next_view();
+  if (!v) return std::nullopt;
+  return frame{v->type, std::string(v->body)};
 }
 
 }  // namespace manta::bridge

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -112,25 +113,45 @@ class part_assembler {
   std::map<std::uint64_t, partial> streams_;
 };
 
+/// A frame as it lies in the decoder's buffer: valid until the decoder is next used.
+struct frame_view {
+  frame_type type{};
+  std::string_view body;
+};
+
 class frame_decoder {
  public:
   /// @param max_body  frames with a longer body are refused (wire_error)
   explicit frame_decoder(std::size_t max_body = max_frame_body) : max_body_(max_body) {}
 
   /// Takes bytes read from the connection.
-  void feed(const void* data, std::size_t size) { buffer_.append(static_cast<const char*>(data), size); }
+  void feed(const void* data, std::size_t size);
+  /// Room for at least `bytes` more at the end of the buffer, to read into
+  /// (then commit what was read). Views handed out before are invalid after.
+  std::span<char> space(std::size_t bytes);
+  void commit(std::size_t bytes) noexcept { end_ += bytes; }
+  /// How much to read next: what the frame begun still lacks (a long frame
+  /// comes in few reads, straight into the buffer), at least 256 KiB.
+  std::size_t wanted() const noexcept;
   /// The next whole frame, if one has arrived.
   /// @throws wire_error for a frame too long or too short to hold its type
   std::optional<frame> next();
+  /// The same, without copying its body out of the buffer.
+  std::optional<frame_view> next_view();
   /// Bytes received and not yet handed out as frames.
-  std::size_t pending() const noexcept { return buffer_.size() - start_; }
+  std::size_t pending() const noexcept { return end_ - start_; }
   /// Changes the limit (raised once the peer has proved the token).
   void set_limit(std::size_t max_body) noexcept { max_body_ = max_body; }
 
  private:
+  /// The whole length (header included) of the frame at start_, once its length has arrived; 0 before.
+  std::size_t frame_length() const;
+
   std::size_t max_body_;
-  std::string buffer_;
-  std::size_t start_ = 0;  ///< where the next frame begins in buffer_
+  std::unique_ptr<char[]> buffer_;  ///< not zeroed: reads go straight in
+  std::size_t capacity_ = 0;
+  std::size_t start_ = 0;  ///< where the next frame begins
+  std::size_t end_ = 0;    ///< where the bytes received end
 };
 
 template <class Send>
