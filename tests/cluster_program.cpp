@@ -3,7 +3,7 @@
 // returns); otherwise it is a driver (MANTA_ADDRESS) and runs the scenario named
 // by argv[1], printing what it saw, exiting 0 if everything held.
 //   cluster_program [special]                  (MANTA_NODE) a node; "special": it has that resource
-//   cluster_program basic|spill|node_lost|head_lost|gigabyte|dies_mid_send|after_abort N (MANTA_ADDRESS) a driver, once N nodes are alive
+//   cluster_program basic|spill|node_lost|node_lost_long|head_lost|gigabyte|dies_mid_send|after_abort N (MANTA_ADDRESS) a driver, once N nodes are alive
 //   cluster_program launched N                 under mpirun or srun: rank 0 drives, the others are
 //                                              nodes with "special"
 // Every process notes its pid in CLUSTER_NODE_PID before init: a task says where it ran.
@@ -246,9 +246,10 @@ void frozen() {
   ::kill(first, SIGCONT);  // it finds itself dropped, and exits
 }
 
-void node_lost() {
-  // 40 MB of arguments: the task went in parts, which the head sends again.
-  auto ref = manta::task(slow_sum_where).resources({{"special", 1}}).remote(std::vector<double>(5'000'000, 2.0), 3000);
+/// @param doubles  its argument's length: 5M (40 MB, in parts the head sends
+///                 again) or 80M (640 MB: more than a peer's queue may hold, sent again all the same)
+void node_lost(std::size_t doubles = 5'000'000) {
+  auto ref = manta::task(slow_sum_where).resources({{"special", 1}}).remote(std::vector<double>(doubles, 2.0), 3000);
   int first = first_mark();
   check(first > 0, "the task started on a node");
   ::kill(first, SIGKILL);
@@ -257,7 +258,8 @@ void node_lost() {
   check(second > 0 && second != first,
         "the task was run again on another node (" + std::to_string(second) + ") after " + std::to_string(first) +
             " was killed");
-  check(got[0] == 10'000'000.0, "its 40 MB argument reached the other node whole");
+  check(got[0] == 2.0 * static_cast<double>(doubles),
+        "its " + std::to_string(doubles * 8 / 1000000) + " MB argument reached the other node whole");
   check(wait_for([] { return alive_nodes() == 1; }, std::chrono::seconds(10)), "nodes() shows the lost node dead");
 }
 
@@ -353,6 +355,7 @@ int main(int argc, char** argv) {
   const std::string scenario = argv[1];
   if (scenario == "basic") basic();
   else if (scenario == "node_lost") node_lost();
+  else if (scenario == "node_lost_long") node_lost(80'000'000);
   else if (scenario == "spill") spill();
   else if (scenario == "zygote_lost") zygote_lost();
   else if (scenario == "frozen") frozen();

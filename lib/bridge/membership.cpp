@@ -39,8 +39,13 @@ namespace {
 io_clock::duration send_limit_for(std::size_t bytes) {
   return std::chrono::seconds(5) + std::chrono::seconds(bytes >> 23);
 }
-/// Bytes at most waiting to go to one peer.
+/// Bytes at most waiting to go to one peer (not counting tasks' frames the head keeps anyway).
 constexpr std::size_t max_queued = 512u << 20;
+/// Bytes of tasks' frames the head keeps at most, to send again on a node's
+/// loss; a task past it runs, but fails with its node instead of running again.
+constexpr std::uint64_t max_kept = std::uint64_t{4} << 30;
+/// Long frames at most that one peer may be sending at once.
+constexpr std::size_t max_open_streams = 1024;
 /// How often a reader looks whether bytes arrived (a long frame on its way
 /// counts as a sign of life, not only whole frames).
 constexpr auto progress_every = std::chrono::milliseconds(250);
@@ -103,8 +108,12 @@ struct head::connection {
   std::atomic<bool> finished{false};  ///< its thread has ended: join it
   std::atomic<bool> proved{false};    ///< the peer proved the token
   /// Long frames it is sending, by its number for them: the head's number of
-  /// their task, or 0 for one dropped (under the head's mu_).
-  std::map<std::uint64_t, std::uint64_t> in_streams;
+  /// their task (0 for one dropped) and the bytes still to come (under the head's mu_).
+  struct in_stream {
+    std::uint64_t id = 0;
+    std::uint64_t left = 0;
+  };
+  std::map<std::uint64_t, in_stream> in_streams;
 
   // What goes out, written by a thread of its own: no thread of the head ever
   // waits on a slow peer (a serve thread would stop reading its own peer, the
@@ -114,9 +123,11 @@ struct head::connection {
   struct queued_frame {
     std::string header;
     std::shared_ptr<const std::string> body;
+    bool kept = false;
   };
   std::deque<queued_frame> outq;  // under out_mu
   std::size_t queued = 0;        // bytes in outq, under out_mu
+  std::size_t unkept = 0;        // of them, bytes of frames the head does not keep anyway (under out_mu)
   bool writing = false;          // the writer holds a frame it took (under out_mu)
   bool out_closed = false;       // nothing more is queued (under out_mu)
   std::thread writer;
@@ -124,19 +135,22 @@ struct head::connection {
   /// Queues a frame; never blocks. @throws io_error if the connection is
   /// closed, or its peer reads so slowly that max_queued bytes wait for it
   /// (it is then dropped)
-  void send(frame_type type, std::shared_ptr<const std::string> body) {
-    queued_frame f{frame_header(type, body->size()), std::move(body)};
+  /// @param kept  the head keeps the body anyway (a task's, to send again):
+  ///               it does not count against max_queued
+  void send(frame_type type, std::shared_ptr<const std::string> body, bool kept = false) {
+    queued_frame f{frame_header(type, body->size()), std::move(body), kept};
     const std::size_t bytes = f.header.size() + f.body->size();
     {
       std::lock_guard lock(out_mu);
       if (out_closed) throw io_error("manta bridge: the connection is closed");
-      if (queued + bytes > max_queued) {
+      if (!kept && unkept + bytes > max_queued) {
         out_closed = true;
         shut();
-        throw io_error("manta bridge: the peer reads too slowly (" + std::to_string(queued >> 20) +
+        throw io_error("manta bridge: the peer reads too slowly (" + std::to_string(unkept >> 20) +
                        " MiB wait for it); dropped");
       }
       queued += bytes;
+      if (!kept) unkept += bytes;
       outq.push_back(std::move(f));
     }
     out_cv.notify_all();
@@ -155,6 +169,7 @@ struct head::connection {
           f = std::move(outq.front());
           outq.pop_front();
           queued -= f.header.size() + f.body->size();
+          if (!f.kept) unkept -= f.header.size() + f.body->size();
           writing = true;
         }
         bool ok = true;
@@ -169,7 +184,7 @@ struct head::connection {
         if (!ok) {  // half a frame may have left: the connection cannot go on
           out_closed = true;
           outq.clear();
-          queued = 0;
+          queued = unkept = 0;
           shut();
           return;
         }
@@ -309,11 +324,9 @@ void head::serve(std::shared_ptr<connection> c) {
   const std::string where = peer_address(c->fd);
   auto finish = [&](const std::string& why) {
     std::vector<outgoing> out;
-    {
-      std::lock_guard lock(mu_);
-      if (!c->done) lose_member(*c, why, out);
-      c->done = true;
-    }
+    std::lock_guard lock(mu_);  // queued under it: frames for one peer go in the order they were made
+    if (!c->done) lose_member(*c, why, out);
+    c->done = true;
     send_all_of(out);
   };
   try {
@@ -402,6 +415,7 @@ void head::serve(std::shared_ptr<connection> c) {
       }
       seen = in.pending();
       out.clear();
+      std::vector<std::shared_ptr<connection>> forwarded_to;
       {
         std::lock_guard lock(mu_);
         if (c->done) return;  // the watcher declared it lost
@@ -409,12 +423,13 @@ void head::serve(std::shared_ptr<connection> c) {
         if (f.type == frame_type::run_task && driver) route_task(c, std::move(f.body), out);
         else if (f.type == frame_type::task_result && !driver) route_outcome(*c, std::move(f.body), out);
         else if (f.type == frame_type::part) route_part(c, std::move(f.body), out);
+        // Queued under the lock: a part forwarded here cannot overtake the
+        // parts another thread sent again to the same node, nor an abort.
+        if (f.type == frame_type::part)
+          for (auto& o : out) forwarded_to.push_back(o.to);
+        send_all_of(out);
       }
       if (f.type == frame_type::heartbeat) c->send(frame_type::heartbeat, "");
-      std::vector<std::shared_ptr<connection>> forwarded_to;
-      if (f.type == frame_type::part)
-        for (auto& o : out) forwarded_to.push_back(o.to);
-      send_all_of(out);
       // A long frame is read no faster than its receiver takes it: the head
       // holds a few parts per receiver, not the whole frame. Meanwhile the
       // sender counts as alive (its bytes wait in the socket).
@@ -451,16 +466,16 @@ void head::watch_heartbeats() {
         silent.push_back(c);
         lose_member(*c, "no heartbeat for " + std::to_string(cfg_.lost_after.count()) + " ms", out);
       }
+      send_all_of(out);  // under the lock, as the serve threads do: in order per peer
     }
     for (auto& c : silent) c->shut();  // its server thread ends
-    send_all_of(out);
   }
 }
 
 void head::send_all_of(std::vector<outgoing>& out) {
   for (auto& o : out) {
     try {
-      o.to->send(o.type, o.body);
+      o.to->send(o.type, o.body, o.kept);
     } catch (const std::exception&) {  // its connection is gone: its server thread sees to it
     }
   }
@@ -541,6 +556,23 @@ std::shared_ptr<head::connection> head::place(const routed_task& t, std::string&
 
 void head::route_task(const std::shared_ptr<connection>& driver, std::string&& body, std::vector<outgoing>& out) {
   remote_task t = decode_task(body, /*with_args=*/false);  // a malformed task ends the driver's connection
+  routed_task r = routed_from(driver, t);
+  std::string why;
+  std::shared_ptr<connection> node = place(r, why);
+  if (!node) {
+    out.push_back({driver, frame_type::task_result, unplaced(t, why)});
+    return;
+  }
+  const std::uint64_t id = ++next_task_;
+  set_id(body, id);  // renumbered in place: the body is not copied on its way
+  auto frame = std::make_shared<const std::string>(std::move(body));
+  routed_task& kept = routed_.emplace(id, std::move(r)).first->second;
+  keep_frame(kept, frame_type::run_task, frame);
+  forward(kept, node, out);
+  if (!kept.keep) out.push_back({node, frame_type::run_task, frame, true});
+}
+
+head::routed_task head::routed_from(const std::shared_ptr<connection>& driver, const remote_task& t) {
   routed_task r;
   r.driver = driver;
   r.driver_id = t.id;
@@ -549,29 +581,41 @@ void head::route_task(const std::shared_ptr<connection>& driver, std::string&& b
   r.num_gpus = t.num_gpus;
   r.resources = t.resources;
   r.retries_left = t.max_retries < 0 ? std::numeric_limits<int>::max() : t.max_retries;  // negative: no limit
-  std::string why;
-  std::shared_ptr<connection> node = place(r, why);
-  if (!node) {
-    const bool never = why.rfind("no node", 0) == 0 || nodes_.empty();
-    out.push_back({driver, frame_type::task_result,
-                   std::make_shared<const std::string>(encode_outcome(
-                       failed(t.id, never ? kind_usage : kind_node_died,
-                              never ? "manta::usage_error" : "manta::node_died_error",
-                              "manta: task '" + t.name + "' cannot run on the cluster: " + why, t.name)))});
-    return;
-  }
-  const std::uint64_t id = ++next_task_;
-  set_id(body, id);  // renumbered in place: the body is not copied on its way
-  r.frames.emplace_back(frame_type::run_task, std::make_shared<const std::string>(std::move(body)));
-  forward(routed_.emplace(id, std::move(r)).first->second, node, out);
+  return r;
 }
 
-void head::forward(routed_task& r, const std::shared_ptr<connection>& node,
-                   std::vector<outgoing>& out) {
+head::shared_body head::unplaced(const remote_task& t, const std::string& why) {
+  const bool never = why.rfind("no node", 0) == 0 || nodes_.empty();
+  return std::make_shared<const std::string>(
+      encode_outcome(failed(t.id, never ? kind_usage : kind_node_died,
+                            never ? "manta::usage_error" : "manta::node_died_error",
+                            "manta: task '" + t.name + "' cannot run on the cluster: " + why, t.name)));
+}
+
+void head::keep_frame(routed_task& r, frame_type type, const shared_body& body) {
+  if (r.keep && kept_bytes_ + body->size() <= max_kept) {
+    r.frames.emplace_back(type, body);
+    r.kept += body->size();
+    kept_bytes_ += body->size();
+    return;
+  }
+  // Past what the head keeps: it runs where it is sent, and fails if that node is lost.
+  r.keep = false;
+  kept_bytes_ -= r.kept;
+  r.kept = 0;
+  r.frames.clear();
+}
+
+void head::drop_route(std::map<std::uint64_t, routed_task>::iterator it) {
+  kept_bytes_ -= it->second.kept;
+  routed_.erase(it);
+}
+
+void head::forward(routed_task& r, const std::shared_ptr<connection>& node, std::vector<outgoing>& out) {
   r.node = node->node_id;
   r.node_connection = node;
   ++running_[r.node];
-  for (const auto& [type, body] : r.frames) out.push_back({node, type, body});
+  for (const auto& [type, body] : r.frames) out.push_back({node, type, body, true});
 }
 
 namespace {
@@ -583,59 +627,51 @@ void put_u64(std::string& body, std::size_t at, std::uint64_t v) { std::memcpy(b
 void head::route_part(const std::shared_ptr<connection>& from, std::string&& body, std::vector<outgoing>& out) {
   std::string_view bytes;
   const part_header h = decode_part_header(body, bytes);  // malformed: the connection ends
-  std::uint64_t id = 0;
   if (h.first) {
+    // Its length is held to what it announced, as the receiver's assembler will.
     if (from->in_streams.count(h.stream)) throw wire_error("manta bridge: a stream started twice");
+    if (from->in_streams.size() >= max_open_streams) throw wire_error("manta bridge: too many long frames at once");
+    if (bytes.size() > h.total) throw wire_error("manta bridge: a long frame runs past its length");
+    if ((bytes.size() == h.total) != h.last) throw wire_error("manta bridge: a long frame's last part is not at its end");
+    std::uint64_t id = 0;  // 0: nobody takes it; the rest of it is dropped
     if (h.type == frame_type::run_task && from->driver) {
       remote_task t = decode_task(bytes, /*with_args=*/false);  // the header comes whole in the first part
-      routed_task r;
-      r.driver = from;
-      r.driver_id = t.id;
-      r.name = t.name;
-      r.num_cpus = t.num_cpus;
-      r.num_gpus = t.num_gpus;
-      r.resources = t.resources;
-      r.retries_left = t.max_retries < 0 ? std::numeric_limits<int>::max() : t.max_retries;
+      routed_task r = routed_from(from, t);
       std::string why;
       std::shared_ptr<connection> node = place(r, why);
       if (!node) {
-        const bool never = why.rfind("no node", 0) == 0 || nodes_.empty();
-        out.push_back({from, frame_type::task_result,
-                       std::make_shared<const std::string>(encode_outcome(
-                           failed(t.id, never ? kind_usage : kind_node_died,
-                                  never ? "manta::usage_error" : "manta::node_died_error",
-                                  "manta: task '" + t.name + "' cannot run on the cluster: " + why, t.name)))});
-        if (!h.last) from->in_streams[h.stream] = 0;  // the rest of it is dropped
-        return;
+        out.push_back({from, frame_type::task_result, unplaced(t, why)});
+      } else {
+        id = ++next_task_;
+        put_u64(body, first_bytes_at, id);  // renumbered in place, and its stream with it
+        put_u64(body, stream_at, id);
+        r.complete = h.last;
+        auto part = std::make_shared<const std::string>(std::move(body));
+        routed_task& kept = routed_.emplace(id, std::move(r)).first->second;
+        keep_frame(kept, frame_type::part, part);
+        forward(kept, node, out);
+        if (!kept.keep) out.push_back({node, frame_type::part, part, true});
       }
-      id = ++next_task_;
-      put_u64(body, first_bytes_at, id);  // renumbered in place, and its stream with it
-      put_u64(body, stream_at, id);
-      r.complete = h.last;
-      r.frames.emplace_back(frame_type::part, std::make_shared<const std::string>(std::move(body)));
-      forward(routed_.emplace(id, std::move(r)).first->second, node, out);
     } else if (h.type == frame_type::task_result && !from->driver) {
       const task_outcome o = decode_outcome_head(bytes, h.total);  // checked here: a driver gets no malformed one
       auto it = routed_.find(o.id);
-      if (it == routed_.end() || it->second.node != from->node_id) {  // nobody waits for it here
-        if (!h.last) from->in_streams[h.stream] = 0;
-        return;
-      }
-      id = o.id;
-      routed_task& r = it->second;
-      put_u64(body, first_bytes_at, r.driver_id);
-      put_u64(body, stream_at, id);
-      if (auto driver = r.driver.lock(); driver && !driver->done)
-        out.push_back({driver, frame_type::part, std::make_shared<const std::string>(std::move(body))});
-      r.outcome_streaming = !h.last;
-      if (h.last) {
-        --running_[r.node];
-        routed_.erase(it);
+      if (it != routed_.end() && it->second.node == from->node_id) {  // else nobody waits for it here
+        id = o.id;
+        routed_task& r = it->second;
+        put_u64(body, first_bytes_at, r.driver_id);
+        put_u64(body, stream_at, id);
+        if (auto driver = r.driver.lock(); driver && !driver->done)
+          out.push_back({driver, frame_type::part, std::make_shared<const std::string>(std::move(body))});
+        r.outcome_streaming = !h.last;
+        if (h.last) {
+          --running_[r.node];
+          drop_route(it);
+        }
       }
     } else {
       throw wire_error("manta bridge: a long frame of a kind that is never long");
     }
-    if (!h.last) from->in_streams[h.stream] = id;
+    if (!h.last) from->in_streams[h.stream] = {id, h.total - bytes.size()};
     return;
   }
   auto stream = from->in_streams.find(h.stream);
@@ -643,8 +679,15 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
     if (h.abort) return;
     throw wire_error("manta bridge: a part of a stream that never began");
   }
-  id = stream->second;
-  if (h.last || h.abort) from->in_streams.erase(stream);
+  const std::uint64_t id = stream->second.id;
+  if (h.abort) {
+    from->in_streams.erase(stream);
+  } else {
+    if (bytes.size() > stream->second.left) throw wire_error("manta bridge: a long frame runs past its length");
+    stream->second.left -= bytes.size();
+    if ((stream->second.left == 0) != h.last) throw wire_error("manta bridge: a long frame's last part is not at its end");
+    if (h.last) from->in_streams.erase(stream);
+  }
   auto it = routed_.find(id);
   if (id == 0 || it == routed_.end()) return;  // dropped
   routed_task& r = it->second;
@@ -654,19 +697,19 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
     if (h.abort) {  // the driver gave it up: so does its node
       if (auto node = r.node_connection.lock()) out.push_back({node, frame_type::part, part});
       --running_[r.node];
-      routed_.erase(it);
+      drop_route(it);
       return;
     }
-    r.frames.emplace_back(frame_type::part, part);
+    keep_frame(r, frame_type::part, part);
     r.complete = h.last;
-    if (auto node = r.node_connection.lock(); node && !node->done) out.push_back({node, frame_type::part, part});
+    if (auto node = r.node_connection.lock(); node && !node->done) out.push_back({node, frame_type::part, part, true});
     return;
   }
   if (r.node != from->node_id) return;
   if (auto driver = r.driver.lock(); driver && !driver->done) out.push_back({driver, frame_type::part, part});
   if (h.last) {
     --running_[r.node];
-    routed_.erase(it);
+    drop_route(it);
   } else if (h.abort) {
     r.outcome_streaming = false;  // (the node answers again, whole or in parts)
   }
@@ -677,31 +720,33 @@ void head::route_outcome(connection& from, std::string&& body, std::vector<outgo
   auto it = routed_.find(o.id);
   // A task of a driver that left, or one sent elsewhere since: nobody waits for it here.
   if (it == routed_.end() || it->second.node != from.node_id) return;
-  routed_task r = std::move(it->second);
-  routed_.erase(it);
-  --running_[r.node];
-  if (auto driver = r.driver.lock(); driver && !driver->done) {
-    set_id(body, r.driver_id);
+  auto driver = it->second.driver.lock();
+  const std::uint64_t driver_id = it->second.driver_id;
+  --running_[it->second.node];
+  drop_route(it);
+  if (driver && !driver->done) {
+    set_id(body, driver_id);
     out.push_back({driver, frame_type::task_result, std::make_shared<const std::string>(std::move(body))});
   }
 }
 
 void head::lose_member(connection& c, const std::string& why, std::vector<outgoing>& out) {
   if (c.node_id.empty()) return;  // a tool's request, or a peer that never joined
+  auto abort_part = [](std::uint64_t stream) {
+    return std::make_shared<const std::string>(encode_part_header({stream, false, false, true}));
+  };
   if (c.driver) {
     // Its tasks run on; their outcomes have nobody to go to.
     for (auto it = routed_.begin(); it != routed_.end();) {
+      auto next = std::next(it);
       auto d = it->second.driver.lock();
-      if (d && d.get() != &c) {
-        ++it;
-        continue;
+      if (!d || d.get() == &c) {
+        if (!it->second.complete)  // its node drops the parts it has
+          if (auto node = it->second.node_connection.lock()) out.push_back({node, frame_type::part, abort_part(it->first)});
+        --running_[it->second.node];
+        drop_route(it);
       }
-      if (!it->second.complete)  // its node drops the parts it has
-        if (auto node = it->second.node_connection.lock())
-          out.push_back({node, frame_type::part,
-                         std::make_shared<const std::string>(encode_part_header({it->first, false, false, true}))});
-      --running_[it->second.node];
-      it = routed_.erase(it);
+      it = next;
     }
     return;
   }
@@ -712,34 +757,37 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
     }
   running_.erase(c.node_id);
   for (auto it = routed_.begin(); it != routed_.end();) {
+    auto following = std::next(it);
     routed_task& r = it->second;
     if (r.node != c.node_id) {
-      ++it;
+      it = following;
       continue;
     }
     auto driver = r.driver.lock();
     if (!driver || driver->done) {
-      it = routed_.erase(it);
+      drop_route(it);
+      it = following;
       continue;
     }
     if (std::exchange(r.outcome_streaming, false))  // the driver drops what came of its outcome
-      out.push_back({driver, frame_type::part,
-                     std::make_shared<const std::string>(encode_part_header({it->first, false, false, true}))});
+      out.push_back({driver, frame_type::part, abort_part(it->first)});
     std::string elsewhere;
-    std::shared_ptr<connection> next = r.retries_left > 0 ? place(r, elsewhere) : nullptr;
+    std::shared_ptr<connection> next = r.retries_left > 0 && r.keep ? place(r, elsewhere) : nullptr;
     if (next) {
       --r.retries_left;
       forward(r, next, out);
-      ++it;
+      it = following;
       continue;
     }
-
     std::string message = "manta: task '" + r.name + "' was lost with " + c.node_id + " (" + why + ")" +
-                          (elsewhere.empty() ? ", past its max_retries" : ", and " + elsewhere);
+                          (!r.keep             ? ", and its arguments were more than the head keeps to send again"
+                           : elsewhere.empty() ? ", past its max_retries"
+                                               : ", and " + elsewhere);
     out.push_back({driver, frame_type::task_result,
                    std::make_shared<const std::string>(encode_outcome(failed(
                        r.driver_id, kind_node_died, "manta::node_died_error", std::move(message), r.name, c.node_id)))});
-    it = routed_.erase(it);
+    drop_route(it);
+    it = following;
   }
   tell_drivers(out);
 }
@@ -851,6 +899,7 @@ void node_link::send(frame_type type, std::span<const std::string_view> pieces) 
   bool started = false;
   try {
     for_each_frame(type, pieces, stream, [&](const std::string& header, std::string_view bytes) {
+      if (closing_.load(std::memory_order_acquire)) throw io_error("manta bridge: the link is closing");
       std::lock_guard lock(send_mu_);  // released between parts: heartbeats and other frames go between
       send_locked(header, bytes);
       started = true;

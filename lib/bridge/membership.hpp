@@ -27,6 +27,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "bridge/task_wire.hpp"
 #include "bridge/wire.hpp"
 
 namespace manta::bridge {
@@ -97,6 +98,7 @@ class head {
     std::shared_ptr<connection> to;
     frame_type type;
     shared_body body;
+    bool kept = false;  ///< a task's frame the head keeps anyway: not counted against a slow peer's limit
   };
   /// A task the head forwarded to a node, until its outcome is routed back.
   struct routed_task {
@@ -109,6 +111,8 @@ class head {
     std::vector<std::pair<frame_type, shared_body>> frames;
     bool complete = true;            ///< every part of the task arrived
     bool outcome_streaming = false;  ///< parts of its outcome went to the driver, not the last
+    bool keep = true;                ///< its frames are kept (false: past max_kept, it cannot be sent again)
+    std::size_t kept = 0;            ///< bytes of `frames`
     std::string name;
     double num_cpus = 1, num_gpus = 0;
     std::map<std::string, double> resources;
@@ -133,6 +137,14 @@ class head {
   void route_part(const std::shared_ptr<connection>& from, std::string&& body, std::vector<outgoing>& out);
   /// Sends `t` to `node` (under mu_): what arrived of it so far.
   void forward(routed_task& t, const std::shared_ptr<connection>& node, std::vector<outgoing>& out);
+  /// A routed task for `t` from `driver`, not placed yet.
+  routed_task routed_from(const std::shared_ptr<connection>& driver, const remote_task& t);
+  /// The failure a driver gets for a task no node could take.
+  shared_body unplaced(const remote_task& t, const std::string& why);
+  /// Keeps a frame of `t` to send again, while the head keeps less than max_kept (under mu_).
+  void keep_frame(routed_task& t, frame_type type, const shared_body& body);
+  /// Forgets a routed task (under mu_).
+  void drop_route(std::map<std::uint64_t, routed_task>::iterator it);
   /// The node table for every driver (under mu_).
   void tell_drivers(std::vector<outgoing>& out);
   std::string nodes_json_locked() const;
@@ -153,6 +165,7 @@ class head {
   std::map<std::uint64_t, routed_task> routed_;  ///< by the head's number
   std::map<std::string, int> running_;           ///< tasks forwarded to each node, not back yet
   std::uint64_t next_task_ = 0;
+  std::uint64_t kept_bytes_ = 0;  ///< of every routed task's frames
   mutable std::uint64_t table_version_ = 0;
   std::thread acceptor_, watcher_;
 };
@@ -183,6 +196,9 @@ class node_link {
   /// senders and heartbeats go between them). @throws io_error if the link is
   /// down, wire_error if it is over max_long_body (then nothing was sent)
   void send(frame_type type, std::span<const std::string_view> pieces);
+  /// Makes a long send under way, and every later one, fail (io_error) at its
+  /// next part: a leaving member does not wait for gigabytes to go out.
+  void stop_sending() noexcept { closing_.store(true, std::memory_order_release); }
 
  private:
   void run();
@@ -197,6 +213,7 @@ class node_link {
   frame_decoder in_;  ///< the connection's, from the handshake on
   part_assembler parts_;  ///< long frames from the head (the link's thread)
   std::atomic<std::uint64_t> next_stream_{0};
+  std::atomic<bool> closing_{false};  ///< stop_sending was called
   std::string id_;
   std::function<void(const std::string&)> on_end_;
   std::function<void(frame&&)> on_frame_;

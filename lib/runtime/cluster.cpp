@@ -113,6 +113,7 @@ void cluster_driver::leave() {
   }
   give_back(unsent);
   cv_.notify_all();
+  if (link_) link_->stop_sending();  // a long task going out stops at its next part (the head drops it)
   if (sender_.joinable()) sender_.join();
   if (applier_.joinable()) applier_.join();
   link_.reset();  // the head sees the connection close and drops this driver's tasks

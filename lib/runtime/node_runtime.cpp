@@ -410,6 +410,7 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   // objects. A stored one is sent from the arena by the cluster's sender (not
   // copied here, under the scheduler's lock), pinned and counted until it is.
   std::vector<cluster_driver::held_argument> held;
+  held.reserve(t.deps.size());  // (no allocation between a pin and its record)
   try {
     process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
       if (a.kind == process::arg_kind::value) {
