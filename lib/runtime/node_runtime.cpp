@@ -461,6 +461,20 @@ void node_runtime::remote_finished(bridge::task_outcome&& o) {
   ipc::error_info error;
   if (!o.ok) error = from_remote(o.error);
   process::context_use use;  // the lock order: the context lock before the scheduler's (releases take it)
+  // Large results go into the arena before the scheduler's lock is taken: the
+  // copy of a gigabyte holds up no dispatch (remote_done frees them if unused).
+  try {
+    for (auto& v : values) {
+      if (!o.ok || v.size <= detail::max_inline_bytes) continue;
+      v.offset = store_->allocate(v.size);  // spills cold objects if it must
+      std::memcpy(arena_->base() + v.offset, v.inline_data, v.size);
+    }
+  } catch (const std::exception&) {
+    for (auto& v : values)
+      if (v.offset != ipc::no_offset) store_->deallocate(std::exchange(v.offset, ipc::no_offset));
+    error = ipc::error_from_exception(std::current_exception(), o.error.function, pid_);
+    o.ok = false;
+  }
   scheduler_lock lock(*this);
   sched_->remote_done(o.id, values, o.ok ? nullptr : &error);
   sched_->flush_dirty();  // what its results let go, or told waiting workers

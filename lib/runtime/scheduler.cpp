@@ -122,8 +122,14 @@ bool cluster_failure(const ipc::error_info& e) {
 
 void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_location> values,
                             const ipc::error_info* error) {
+  // Values the caller already put into the arena (offset set) are freed unless sealed.
+  auto free_placed = [&] {
+    for (const auto& v : values)
+      if (v.offset != ipc::no_offset) store_.deallocate(v.offset);
+  };
   task_spec* t = graph_.find(key);
-  if (!t || t->in_lane != &remote_) return;  // cancelled (or failed) meanwhile
+  if (!t || t->in_lane != &remote_) return free_placed();  // cancelled (or failed) meanwhile
+  if (error || values.size() != t->returns.size()) free_placed();
   if (error && t->spilled && cluster_failure(*error)) {
     // It went only because it would have queued here: it runs here after all.
     t->remote = t->spilled = false;
@@ -143,12 +149,12 @@ void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_locati
     std::size_t placed = 0;
     try {
       for (; placed < at.size(); ++placed) {
-        if (at[placed].size <= detail::max_inline_bytes) continue;
+        if (at[placed].size <= detail::max_inline_bytes || at[placed].offset != ipc::no_offset) continue;
         at[placed].offset = store_.allocate(at[placed].size);
         std::memcpy(store_.base() + at[placed].offset, at[placed].inline_data, at[placed].size);
       }
     } catch (const std::exception& e) {
-      for (std::size_t i = 0; i < placed; ++i)
+      for (std::size_t i = 0; i < at.size(); ++i)  // (those past `placed` the caller placed)
         if (at[i].offset != ipc::no_offset) store_.deallocate(at[i].offset);
       fail_task(t, ipc::error_from_exception(std::current_exception(), t->name(), 0));
       dispatch();
