@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -275,6 +276,8 @@ void head::accept_loop() {
       }
       continue;
     }
+    int one = 1;  // frames go out at once: small ones must not wait for the peer's delayed ACK (Nagle)
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     auto c = std::make_shared<connection>();
     c->fd = fd;
     std::lock_guard lock(mu_);
