@@ -161,21 +161,36 @@ struct head::connection {
   }
   void start_writer() {
     writer = std::thread([this] {
+      std::vector<queued_frame> batch;
+      std::vector<std::string_view> pieces;
       for (;;) {
-        queued_frame f;
+        batch.clear();
+        pieces.clear();
+        std::size_t bytes = 0;
         {
           std::unique_lock lock(out_mu);
           out_cv.wait(lock, [&] { return out_closed || !outq.empty(); });
           if (outq.empty()) return;  // closed, everything written
-          f = std::move(outq.front());
-          outq.pop_front();
-          queued -= f.header.size() + f.body->size();
-          if (!f.kept) unkept -= f.header.size() + f.body->size();
+          // What waits goes in one call (a few MiB at most): a burst of small
+          // frames costs one system call, not one each.
+          while (!outq.empty() && batch.size() < 32 && (batch.empty() || bytes < (1u << 20))) {
+            queued_frame& f = outq.front();
+            const std::size_t n = f.header.size() + f.body->size();
+            queued -= n;
+            if (!f.kept) unkept -= n;
+            bytes += n;
+            batch.push_back(std::move(f));
+            outq.pop_front();
+          }
           writing = true;
+        }
+        for (const auto& f : batch) {
+          pieces.push_back(f.header);
+          pieces.push_back(*f.body);
         }
         bool ok = true;
         try {
-          send_all(fd, f.header, *f.body, io_clock::now() + send_limit_for(f.body->size()));
+          send_all(fd, pieces, io_clock::now() + send_limit_for(bytes));
         } catch (const std::exception&) {
           ok = false;
         }
@@ -915,6 +930,12 @@ void node_link::send(frame_type type, std::span<const std::string_view> pieces) 
     }
     throw;
   }
+}
+
+void node_link::send_encoded(std::string_view frames) {
+  if (closing_.load(std::memory_order_acquire)) throw io_error("manta bridge: the link is closing");
+  std::lock_guard lock(send_mu_);
+  send_locked(frames, {});
 }
 
 void node_link::send_locked(std::string_view header, std::string_view body) {

@@ -196,6 +196,8 @@ class node_link {
   /// senders and heartbeats go between them). @throws io_error if the link is
   /// down, wire_error if it is over max_long_body (then nothing was sent)
   void send(frame_type type, std::span<const std::string_view> pieces);
+  /// Sends frames already encoded (several small ones in one call). @throws io_error
+  void send_encoded(std::string_view frames);
   /// Makes a long send under way, and every later one, fail (io_error) at its
   /// next part: a leaving member does not wait for gigabytes to go out.
   void stop_sending() noexcept { closing_.store(true, std::memory_order_release); }

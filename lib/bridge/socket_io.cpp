@@ -34,21 +34,32 @@ std::string why(int e) { return std::strerror(e); }
 void send_all(int fd, std::string_view bytes, io_clock::time_point until) { send_all(fd, bytes, {}, until); }
 
 void send_all(int fd, std::string_view first, std::string_view second, io_clock::time_point until) {
-  const std::size_t total = first.size() + second.size();
-  std::size_t done = 0;
-  while (done < total) {
-    iovec parts[2];
-    int count = 0;
-    if (done < first.size()) parts[count++] = {const_cast<char*>(first.data()) + done, first.size() - done};
-    const std::size_t in_second = done > first.size() ? done - first.size() : 0;
-    if (second.size() > in_second)
-      parts[count++] = {const_cast<char*>(second.data()) + in_second, second.size() - in_second};
+  const std::string_view pieces[] = {first, second};
+  send_all(fd, std::span<const std::string_view>(pieces), until);
+}
+
+void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until) {
+  std::size_t piece = 0, at = 0;  // the first byte not sent yet
+  for (;;) {
+    while (piece < pieces.size() && at == pieces[piece].size()) ++piece, at = 0;
+    if (piece == pieces.size()) return;
+    iovec parts[64];
+    std::size_t count = 0;
+    for (std::size_t i = piece; i < pieces.size() && count < std::size(parts); ++i) {
+      const std::size_t skip = i == piece ? at : 0;
+      if (pieces[i].size() > skip) parts[count++] = {const_cast<char*>(pieces[i].data()) + skip, pieces[i].size() - skip};
+    }
     msghdr m{};
     m.msg_iov = parts;
-    m.msg_iovlen = static_cast<std::size_t>(count);
+    m.msg_iovlen = count;
     ssize_t n = ::sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
-      done += static_cast<std::size_t>(n);
+      for (auto left = static_cast<std::size_t>(n); left > 0;) {  // past what went
+        const std::size_t here = std::min(left, pieces[piece].size() - at);
+        at += here;
+        left -= here;
+        if (at == pieces[piece].size()) ++piece, at = 0;
+      }
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

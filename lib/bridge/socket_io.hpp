@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -25,6 +26,8 @@ void send_all(int fd, std::string_view bytes, io_clock::time_point until);
 /// Sends all of `first` then all of `second` (one frame's header and body,
 /// without joining them) before `until`. @throws io_error
 void send_all(int fd, std::string_view first, std::string_view second, io_clock::time_point until);
+/// Sends all of `pieces` in order (several frames in one call) before `until`. @throws io_error
+void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until);
 
 enum class receive_status { frame, timeout, closed, woken };
 

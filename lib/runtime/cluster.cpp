@@ -173,47 +173,69 @@ std::string cluster_driver::lost() const {
 }
 
 void cluster_driver::send_loop() {
+  // Small tasks that wait together go in one write; a long one goes alone, in parts.
+  constexpr std::size_t small = 64u << 10, batch_bytes = 1u << 20, batch_tasks = 32;
+  std::string batch;
   for (;;) {
-    outgoing o;
+    std::deque<outgoing> taken;
     {
       std::unique_lock lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !lost_.empty() || !queue_.empty(); });
       if (stopping_ || !lost_.empty()) return;  // what was queued fails with the cluster (cluster_lost)
-      o = std::move(queue_.front());
-      queue_.pop_front();
+      while (!queue_.empty() && taken.size() < batch_tasks) {
+        taken.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
     }
     struct given_back {
       cluster_driver& d;
-      outgoing& o;
-      ~given_back() { d.give_back(o); }
-    } at_end{*this, o};
-    const bridge::remote_task& t = o.task;
+      std::deque<outgoing>& q;
+      ~given_back() { d.give_back(q); }
+    } at_end{*this, taken};
+    batch.clear();
     try {
-      // The header, then the arguments: inline ones from the blob, stored ones
-      // from the arena (a long task goes in parts, nothing joined or copied).
-      const std::string head = bridge::encode_task_head(t);
-      std::vector<std::string_view> pieces{head};
-      std::size_t from = 0;
-      for (const held_argument& h : o.held) {
-        pieces.push_back(std::string_view(t.args).substr(from, h.at - from));
-        pieces.push_back(h.bytes);
-        from = h.at;
+      for (outgoing& o : taken) {
+        const bridge::remote_task& t = o.task;
+        try {
+          // The header, then the arguments: inline ones from the blob, stored
+          // ones from the arena (a long task goes in parts, nothing joined or copied).
+          const std::string head = bridge::encode_task_head(t);
+          std::vector<std::string_view> pieces{head};
+          std::size_t from = 0, bytes = head.size() + t.args.size();
+          for (const held_argument& h : o.held) {
+            pieces.push_back(std::string_view(t.args).substr(from, h.at - from));
+            pieces.push_back(h.bytes);
+            from = h.at;
+            bytes += h.bytes.size();
+          }
+          pieces.push_back(std::string_view(t.args).substr(from));
+          if (bytes <= small) {
+            batch += bridge::frame_header(bridge::frame_type::run_task, bytes);
+            for (auto p : pieces) batch += p;
+            if (batch.size() >= batch_bytes) link_->send_encoded(std::exchange(batch, {}));
+          } else {
+            if (!batch.empty()) link_->send_encoded(std::exchange(batch, {}));
+            link_->send(bridge::frame_type::run_task, pieces);
+          }
+        } catch (const bridge::io_error&) {
+          throw;
+        } catch (const std::exception& e) {
+          // It could not even be encoded (too large, no memory): it fails alone.
+          bridge::task_outcome out = failed_outcome(
+              t.id, usage("manta: task '" + t.name + "' could not be sent to the cluster: " + e.what(), t.name));
+          {
+            std::lock_guard lock(mu_);
+            inbound_.push_back({false, {}, std::move(out)});
+          }
+          cv_.notify_all();
+        }
+        give_back(o);  // sent: its arguments' pins go
       }
-      pieces.push_back(std::string_view(t.args).substr(from));
-      link_->send(bridge::frame_type::run_task, pieces);
+      if (!batch.empty()) link_->send_encoded(batch);
     } catch (const bridge::io_error&) {
       // The link broke (send shut it down): its end fails every task sent and
-      // unanswered, this one with them (it waits in the runtime's remote lane).
+      // unanswered, these with them (they wait in the runtime's remote lane).
       return;
-    } catch (const std::exception& e) {
-      // It could not even be encoded (too large, no memory): it fails alone.
-      bridge::task_outcome o = failed_outcome(
-          t.id, usage("manta: task '" + t.name + "' could not be sent to the cluster: " + e.what(), t.name));
-      {
-        std::lock_guard lock(mu_);
-        inbound_.push_back({false, {}, std::move(o)});
-      }
-      cv_.notify_all();
     }
   }
 }
@@ -393,13 +415,35 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   const std::string me_id = link.node_id();
   std::fprintf(stderr, "manta: joined the cluster at %s as %s\n", address.c_str(), me_id.c_str());
 
+  // Small outcomes found together go back in one write (sent at the end of
+  // each round of the loop below); a long one goes at once, in parts.
+  std::string outbox;
+  auto flush = [&] {
+    if (outbox.empty()) return;
+    try {
+      link.send_encoded(outbox);
+    } catch (const std::exception&) {  // the link broke (send ended it): its callback says why
+    }
+    outbox.clear();
+  };
   auto answer = [&](bridge::task_outcome o) {
     o.node = me_id;
     try {
       // The header, then each value as it is (a long outcome goes in parts, uncopied).
       const std::string head = bridge::encode_outcome_head(o);
       std::vector<std::string_view> pieces{head};
-      for (const auto& v : o.values) pieces.push_back(v.data());
+      std::size_t bytes = head.size();
+      for (const auto& v : o.values) {
+        pieces.push_back(v.data());
+        bytes += v.data().size();
+      }
+      if (bytes <= (64u << 10)) {
+        outbox += bridge::frame_header(bridge::frame_type::task_result, bytes);
+        for (auto p : pieces) outbox += p;
+        if (outbox.size() >= (1u << 20)) flush();
+        return;
+      }
+      flush();
       link.send(bridge::frame_type::task_result, pieces);
       return;
     } catch (const bridge::wire_error& e) {
@@ -409,6 +453,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     } catch (const std::exception&) {  // the link broke (send ended it): its callback says why
       return;
     }
+    flush();
     try {
       link.send(bridge::frame_type::task_result, bridge::encode_outcome(o));
     } catch (const std::exception&) {
@@ -482,6 +527,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       done_with(rt, j);
     }
     std::erase_if(running, [](const job& j) { return j.returns.empty() || !j.returns[0]; });
+    flush();  // the outcomes of this round, in one write
     if (lost) {
       why = "this node's runtime was lost" + (rt.lost() ? ": " + rt.lost_why() : std::string());
       break;
