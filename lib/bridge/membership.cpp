@@ -141,6 +141,7 @@ struct head::connection {
   void send(frame_type type, std::shared_ptr<const std::string> body, bool kept = false) {
     queued_frame f{frame_header(type, body->size()), std::move(body), kept};
     const std::size_t bytes = f.header.size() + f.body->size();
+    bool was_empty;
     {
       std::lock_guard lock(out_mu);
       if (out_closed) throw io_error("manta bridge: the connection is closed");
@@ -152,9 +153,10 @@ struct head::connection {
       }
       queued += bytes;
       if (!kept) unkept += bytes;
+      was_empty = outq.empty();
       outq.push_back(std::move(f));
     }
-    out_cv.notify_all();
+    if (was_empty) out_cv.notify_all();  // (the writer sleeps only on an empty queue)
   }
   void send(frame_type type, std::string_view body) {
     send(type, std::make_shared<const std::string>(body));

@@ -146,10 +146,11 @@ double cluster_driver::spare_cpus(const detail::task_options& o) const {
 
 bool cluster_driver::send(bridge::remote_task t, std::vector<held_argument> held) {
   outgoing o{std::move(t), std::move(held)};
-  bool queued = false;
+  bool queued = false, was_empty = false;
   {
     std::lock_guard lock(mu_);
     if (lost_.empty() && !stopping_) {
+      was_empty = queue_.empty();
       queue_.push_back(std::move(o));
       queued = true;
     }
@@ -158,7 +159,8 @@ bool cluster_driver::send(bridge::remote_task t, std::vector<held_argument> held
     give_back(o);  // (under the scheduler's lock: the task holds counts too, so never the last)
     return false;
   }
-  cv_.notify_all();  // the sender, not the applier, waits for this
+  // Only a queue that was empty can have the sender asleep on it: one wake-up per burst, not per task.
+  if (was_empty) cv_.notify_all();
   return true;
 }
 
@@ -261,11 +263,13 @@ void cluster_driver::apply_loop() {
 void cluster_driver::on_frame(bridge::frame&& f) {
   if (f.type == bridge::frame_type::task_result) {
     bridge::task_outcome o = bridge::decode_outcome(std::move(f.body));  // malformed: throws, and the link ends
+    bool was_empty;
     {
       std::lock_guard lock(mu_);
+      was_empty = inbound_.empty();
       inbound_.push_back({false, {}, std::move(o)});
     }
-    cv_.notify_all();
+    if (was_empty) cv_.notify_all();  // (the applier sleeps only on an empty queue)
   } else if (f.type == bridge::frame_type::cluster_update) {
     std::vector<manta::node_info> table;
     std::uint64_t version = 0;
@@ -410,7 +414,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         bridge::remote_task t = bridge::decode_task(std::move(f.body));  // malformed: the link ends
         std::lock_guard lock(mu);
         inbox.push_back(std::move(t));
-        cv.notify_all();
+        if (inbox.size() == 1) cv.notify_all();  // (the serving thread sleeps only on an empty inbox)
       });
   const std::string me_id = link.node_id();
   std::fprintf(stderr, "manta: joined the cluster at %s as %s\n", address.c_str(), me_id.c_str());
