@@ -3,7 +3,7 @@
 // returns); otherwise it is a driver (MANTA_ADDRESS) and runs the scenario named
 // by argv[1], printing what it saw, exiting 0 if everything held.
 //   cluster_program [special]                  (MANTA_NODE) a node; "special": it has that resource
-//   cluster_program basic|spill|node_lost|node_lost_long|head_lost|gigabyte|dies_mid_send|after_abort N (MANTA_ADDRESS) a driver, once N nodes are alive
+//   cluster_program basic|spill|node_lost|node_lost_long|head_lost|gigabyte|many_long|dies_mid_send|after_abort N (MANTA_ADDRESS) a driver, once N nodes are alive
 //   cluster_program launched N                 under mpirun or srun: rank 0 drives, the others are
 //                                              nodes with "special"
 // Every process notes its pid in CLUSTER_NODE_PID before init: a task says where it ran.
@@ -287,6 +287,26 @@ void gigabyte() {
         "a 1 GiB result came back whole (" + std::to_string(s) + " s)");
 }
 
+/// Many long tasks at once, both ways: 12 arguments and 12 results of 50 MB.
+void many_long() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  std::vector<manta::object_ref<std::vector<double>>> outs;
+  std::vector<manta::object_ref<double>> sums;
+  for (int i = 0; i < 12; ++i) {
+    auto arg = manta::put(std::vector<double>(6'250'000, static_cast<double>(i)));
+    sums.push_back(manta::task(sum_on).resources(on_special).remote(arg));
+    outs.push_back(manta::task(big_from).resources(on_special).remote(6'250'000));
+  }
+  auto got = manta::get(sums, std::chrono::seconds(120));
+  bool right = true;
+  for (int i = 0; i < 12; ++i) right = right && got[static_cast<std::size_t>(i)] == 6'250'000.0 * i;
+  check(right, "12 long arguments at once each reached a node whole");
+  auto back = manta::get(outs, std::chrono::seconds(120));
+  right = true;
+  for (const auto& v : back) right = right && v.size() == 6'250'000 && v.back() == 0.25;
+  check(right, "12 long results at once each came back whole");
+}
+
 /// Sends a gigabyte to a node and dies while it streams out.
 void dies_mid_send() {
   auto stored = manta::put(std::vector<std::uint8_t>(std::uint64_t{1} << 30, 1));
@@ -362,6 +382,7 @@ int main(int argc, char** argv) {
   else if (scenario == "launched") launched(want);
   else if (scenario == "head_lost") head_lost();
   else if (scenario == "gigabyte") gigabyte();
+  else if (scenario == "many_long") many_long();
   else if (scenario == "dies_mid_send") dies_mid_send();
   else if (scenario == "after_abort") after_abort();
   else return 2;

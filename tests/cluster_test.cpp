@@ -149,6 +149,21 @@ TEST_F(cluster, a_gigabyte_goes_to_a_node_and_comes_back_in_parts) {
   EXPECT_EQ(finish(node, 20s), 0);
 }
 
+TEST_F(cluster, many_long_tasks_at_once_go_to_two_nodes_and_come_back_whole) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "1.2 GB through ThreadSanitizer's shadow memory: left to the other builds";
+#endif
+  pid_t a = member(true, {"special"}, "node-1.log");
+  pid_t b = member(true, {"special"}, "node-2.log");
+  pid_t driver = member(false, {"many_long", "2"}, "driver.log");
+  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
+  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+  EXPECT_EQ(log("head.log").find("dropped"), std::string::npos) << log("head.log");
+  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  EXPECT_EQ(finish(a, 20s), 0);
+  EXPECT_EQ(finish(b, 20s), 0);
+}
+
 TEST_F(cluster, a_driver_killed_while_its_long_task_streams_out_leaves_the_node_serving) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "a gigabyte through ThreadSanitizer's shadow memory: left to the other builds (as the heavy tests)";
