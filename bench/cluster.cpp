@@ -12,9 +12,8 @@
 // with MANTA_NODE by `manta start`), drives, and stops them all.
 //
 //   manta_cluster [rounds=5] [tasks=3000]
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -30,6 +29,8 @@
 #include <vector>
 
 #include <manta/manta.hpp>
+
+#include "bridge/socket_io.hpp"
 
 namespace {
 
@@ -103,17 +104,13 @@ void rates(const char* label, int rounds, int tasks) {
 /// What loopback TCP carries alone on this machine: `bytes` from one thread
 /// to another through one connection, in the bridge's 256 KiB reads.
 double loopback_gbps(std::size_t bytes) {
-  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(listener, 1) != 0 ||
-      ::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    return 0;
-  int out = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (::connect(out, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return 0;
+  unsigned short port = 0;
+  int listener = manta::bridge::listen_on("127.0.0.1", port);  // the bridge's own sockets
+  int out = manta::bridge::connect_to("127.0.0.1", port, std::chrono::seconds(5));
   int in = ::accept(listener, nullptr, nullptr);
+  int blocking = 0;  // (the bridge's sockets are non-blocking; this plain loop blocks)
+  ::ioctl(out, FIONBIO, &blocking);
+  ::ioctl(in, FIONBIO, &blocking);
   std::thread reader([&] {
     std::vector<char> buf(256 << 10);
     std::size_t got = 0;
