@@ -99,6 +99,19 @@ class cluster : public ::testing::Test {
 
   std::string log(const std::string& name) { return slurp(dir_ + "/" + name); }
 
+  /// Two nodes with "special", a driver running `scenario` (which must pass),
+  /// then the cluster stopped; returns the nodes' exit statuses, sorted.
+  std::pair<int, int> with_two_nodes(const std::string& scenario) {
+    pid_t a = member(true, {"special"}, "node-1.log");
+    pid_t b = member(true, {"special"}, "node-2.log");
+    pid_t driver = member(false, {scenario, "2"}, "driver.log");
+    EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
+    EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+    sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+    int sa = finish(a, 20s), sb = finish(b, 20s);
+    return {std::min(sa, sb), std::max(sa, sb)};
+  }
+
   std::string dir_, tag_, address_;
   pid_t head_pid_ = 0;
   std::vector<pid_t> children_;
@@ -153,15 +166,8 @@ TEST_F(cluster, many_long_tasks_at_once_go_to_two_nodes_and_come_back_whole) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "1.2 GB through ThreadSanitizer's shadow memory: left to the other builds";
 #endif
-  pid_t a = member(true, {"special"}, "node-1.log");
-  pid_t b = member(true, {"special"}, "node-2.log");
-  pid_t driver = member(false, {"many_long", "2"}, "driver.log");
-  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
-  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+  EXPECT_EQ(with_two_nodes("many_long"), std::make_pair(0, 0));
   EXPECT_EQ(log("head.log").find("dropped"), std::string::npos) << log("head.log");
-  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
-  EXPECT_EQ(finish(a, 20s), 0);
-  EXPECT_EQ(finish(b, 20s), 0);
 }
 
 TEST_F(cluster, a_driver_killed_while_its_long_task_streams_out_leaves_the_node_serving) {
@@ -180,15 +186,8 @@ TEST_F(cluster, a_driver_killed_while_its_long_task_streams_out_leaves_the_node_
 }
 
 TEST_F(cluster, a_task_on_a_killed_node_runs_again_on_another) {
-  pid_t a = member(true, {"special"}, "node-1.log");
-  pid_t b = member(true, {"special"}, "node-2.log");
-  pid_t driver = member(false, {"node_lost", "2"}, "driver.log");
-  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
-  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
   // One node was killed by the driver; the other stops with the cluster.
-  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
-  int sa = finish(a, 20s), sb = finish(b, 20s);
-  EXPECT_TRUE((sa == 0 && sb == 128 + SIGKILL) || (sa == 128 + SIGKILL && sb == 0)) << sa << " " << sb;
+  EXPECT_EQ(with_two_nodes("node_lost"), std::make_pair(0, 128 + SIGKILL));
   EXPECT_TRUE(manta::testing::eventually([&] { return tagged(tag_).empty(); }, 20s))
       << "the killed node's zygote and workers went with it";
 }
@@ -198,38 +197,15 @@ TEST_F(cluster, a_640_mb_task_on_a_killed_node_is_sent_whole_to_another) {
   GTEST_SKIP() << "hundreds of MB through ThreadSanitizer's shadow memory: left to the other builds";
 #endif
   // More than the head lets wait for one peer (512 MiB): a task it sends again is not counted against it.
-  pid_t a = member(true, {"special"}, "node-1.log");
-  pid_t b = member(true, {"special"}, "node-2.log");
-  pid_t driver = member(false, {"node_lost_long", "2"}, "driver.log");
-  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
-  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
-  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
-  int sa = finish(a, 20s), sb = finish(b, 20s);
-  EXPECT_TRUE((sa == 0 && sb == 128 + SIGKILL) || (sa == 128 + SIGKILL && sb == 0)) << sa << " " << sb;
+  EXPECT_EQ(with_two_nodes("node_lost_long"), std::make_pair(0, 128 + SIGKILL));
 }
 
 TEST_F(cluster, a_node_that_loses_its_processes_leaves_and_its_task_runs_elsewhere) {
-  pid_t a = member(true, {"special"}, "node-1.log");
-  pid_t b = member(true, {"special"}, "node-2.log");
-  pid_t driver = member(false, {"zygote_lost", "2"}, "driver.log");
-  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
-  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
-  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
-  int sa = finish(a, 20s), sb = finish(b, 20s);
-  EXPECT_TRUE((sa == 0 && sb == 3) || (sa == 3 && sb == 0)) << "the node that lost its runtime exits 3: " << sa << " "
-                                                            << sb;
+  EXPECT_EQ(with_two_nodes("zygote_lost"), std::make_pair(0, 3)) << "the node that lost its runtime exits 3";
 }
 
 TEST_F(cluster, a_frozen_node_is_lost_within_the_heartbeat_limit_and_holds_up_nobody) {
-  pid_t a = member(true, {"special"}, "node-1.log");
-  pid_t b = member(true, {"special"}, "node-2.log");
-  pid_t driver = member(false, {"frozen", "2"}, "driver.log");
-  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
-  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
-  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
-  int sa = finish(a, 20s), sb = finish(b, 20s);
-  EXPECT_TRUE((sa == 0 && sb == 3) || (sa == 3 && sb == 0)) << "the thawed node finds itself dropped: " << sa << " "
-                                                            << sb;
+  EXPECT_EQ(with_two_nodes("frozen"), std::make_pair(0, 3)) << "the thawed node finds itself dropped";
 }
 
 TEST_F(cluster, a_lost_head_fails_remote_work_and_every_node_exits) {

@@ -89,6 +89,12 @@ std::uint64_t total_size(std::span<const std::string_view> pieces) {
   return total;
 }
 
+void append_frame(std::string& out, frame_type type, std::span<const std::string_view> pieces) {
+  const std::uint64_t total = total_size(pieces);
+  out += frame_header(type, total);
+  for (auto p : pieces) out += p;
+}
+
 std::string part_frame_header(const part_header& h, std::size_t bytes) {
   std::string prefix = encode_part_header(h);
   std::string out = frame_header(frame_type::part, prefix.size() + bytes);

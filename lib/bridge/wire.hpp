@@ -89,6 +89,9 @@ template <class Send>
 void for_each_frame(frame_type type, std::span<const std::string_view> pieces, std::uint64_t stream,
                     Send&& send);
 std::uint64_t total_size(std::span<const std::string_view> pieces);
+/// Appends to `out` the frame whose body is `pieces` joined: small frames
+/// gathered to go in one write. @throws wire_error if it is over max_frame_body
+void append_frame(std::string& out, frame_type type, std::span<const std::string_view> pieces);
 std::string part_frame_header(const part_header& h, std::size_t bytes);
 
 /// Puts long frames back together from their parts, each stream apart.

@@ -203,17 +203,15 @@ void cluster_driver::send_loop() {
           // ones from the arena (a long task goes in parts, nothing joined or copied).
           const std::string head = bridge::encode_task_head(t);
           std::vector<std::string_view> pieces{head};
-          std::size_t from = 0, bytes = head.size() + t.args.size();
+          std::size_t from = 0;
           for (const held_argument& h : o.held) {
             pieces.push_back(std::string_view(t.args).substr(from, h.at - from));
             pieces.push_back(h.bytes);
             from = h.at;
-            bytes += h.bytes.size();
           }
           pieces.push_back(std::string_view(t.args).substr(from));
-          if (bytes <= small) {
-            batch += bridge::frame_header(bridge::frame_type::run_task, bytes);
-            for (auto p : pieces) batch += p;
+          if (bridge::total_size(pieces) <= small) {
+            bridge::append_frame(batch, bridge::frame_type::run_task, pieces);
             if (batch.size() >= batch_bytes) link_->send_encoded(std::exchange(batch, {}));
           } else {
             if (!batch.empty()) link_->send_encoded(std::exchange(batch, {}));
@@ -436,14 +434,9 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       // The header, then each value as it is (a long outcome goes in parts, uncopied).
       const std::string head = bridge::encode_outcome_head(o);
       std::vector<std::string_view> pieces{head};
-      std::size_t bytes = head.size();
-      for (const auto& v : o.values) {
-        pieces.push_back(v.data());
-        bytes += v.data().size();
-      }
-      if (bytes <= (64u << 10)) {
-        outbox += bridge::frame_header(bridge::frame_type::task_result, bytes);
-        for (auto p : pieces) outbox += p;
+      for (const auto& v : o.values) pieces.push_back(v.data());
+      if (bridge::total_size(pieces) <= (64u << 10)) {
+        bridge::append_frame(outbox, bridge::frame_type::task_result, pieces);
         if (outbox.size() >= (1u << 20)) flush();
         return;
       }
