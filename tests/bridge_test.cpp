@@ -182,6 +182,32 @@ TEST(bridge_wire, tasks_and_outcomes_decode_alike_moved_or_viewed_and_a_head_che
   EXPECT_THROW(decode_outcome_head(start, 3), wire_error);
 }
 
+TEST(bridge_wire, an_actors_key_and_restarts_travel_with_its_constructor_and_its_end_on_its_own) {
+  remote_task t;
+  t.id = 9;
+  t.name = "Counter";
+  t.mode = 3;
+  t.actor = "driver-1/4";
+  t.max_restarts = -1;
+  t.max_task_retries = 2;
+  t.max_concurrency = 4;
+  const remote_task back = decode_task(encode_task(t));
+  EXPECT_EQ(back.actor, "driver-1/4");
+  EXPECT_EQ(back.max_restarts, -1);
+  EXPECT_EQ(back.max_task_retries, 2);
+  EXPECT_EQ(back.max_concurrency, 4);
+  remote_task plain;
+  plain.name = "f";
+  EXPECT_EQ(encode_task(plain).find("actor"), std::string::npos) << "a plain task carries no actor fields";
+  EXPECT_TRUE(decode_task(encode_task(plain)).actor.empty());
+
+  const actor_end e = decode_actor_end(encode_actor_end({"driver-2/7", true}));
+  EXPECT_EQ(e.actor, "driver-2/7");
+  EXPECT_TRUE(e.kill);
+  EXPECT_THROW(decode_actor_end("{\"actor\": 3}"), wire_error);
+  EXPECT_THROW(decode_actor_end("not json"), wire_error);
+}
+
 // ---- the token file
 
 class bridge_token : public ::testing::Test {

@@ -3,7 +3,8 @@
 // returns); otherwise it is a driver (MANTA_ADDRESS) and runs the scenario named
 // by argv[1], printing what it saw, exiting 0 if everything held.
 //   cluster_program [special]                  (MANTA_NODE) a node; "special": it has that resource
-//   cluster_program basic|spill|node_lost|node_lost_long|head_lost|gigabyte|many_long|dies_mid_send|after_abort N (MANTA_ADDRESS) a driver, once N nodes are alive
+//   cluster_program basic|spill|node_lost|node_lost_long|head_lost|gigabyte|many_long|dies_mid_send|after_abort|
+//                   actors|actor_lost N        (MANTA_ADDRESS) a driver, once N nodes are alive
 //   cluster_program launched N                 under mpirun or srun: rank 0 drives, the others are
 //                                              nodes with "special"
 // Every process notes its pid in CLUSTER_NODE_PID before init: a task says where it ran.
@@ -17,7 +18,9 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <map>
 #include <set>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -70,10 +73,27 @@ int nap_where(int ms) {
   return where();
 }
 
+/// An actor that keeps a count, on whichever node has what it asks.
+struct Counter {
+  explicit Counter(int start) : value(start) {
+    if (start < 0) throw std::invalid_argument("a negative start");
+  }
+  int add(int x) { return value += x; }
+  int host() const { return where(); }
+  double sum(std::span<const double> xs) const { return std::accumulate(xs.begin(), xs.end(), 0.0); }
+  /// Leaves its mark, then sleeps: the driver knows which node to kill.
+  int slow_host(int ms) const { return slow_where(ms); }
+  int value;
+};
+
+/// From a worker of the driver's node: a call on an actor that lives on another node.
+int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.task(&Counter::add).remote(x)); }
+
 }  // namespace
 
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
-             bytes_of);
+             bytes_of, add_through);
+MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host);
 
 namespace {
 
@@ -201,6 +221,95 @@ void launched(std::size_t nodes) {
                                 std::to_string(nodes + 1) + " ranks' runtimes");
   int node = manta::get(manta::task(where).resources({{"special", 1}}).remote());
   check(node != ::getpid(), "a task needing 'special' ran on another rank (pid " + std::to_string(node) + ")");
+}
+
+/// Actors that only another node can hold live there: calls in order, stored
+/// and long arguments, names, handles passed to tasks, kill, failures.
+void actors() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  auto c = manta::actor<Counter>().resources(on_special).remote(10);
+  const int host = manta::get(c.task(&Counter::host).remote());
+  check(host > 0 && host != ::getpid(), "an actor asking 'special' lives on a node (pid " + std::to_string(host) + ")");
+  std::vector<manta::object_ref<int>> adds;
+  for (int i = 0; i < 300; ++i) adds.push_back(c.task(&Counter::add).remote(1));
+  auto counts = manta::get(adds);
+  bool in_order = true;
+  for (int i = 0; i < 300; ++i) in_order = in_order && counts[i] == 11 + i;
+  check(in_order, "300 calls ran in the order they were made (last " + std::to_string(counts.back()) + ")");
+  auto stored = manta::put(std::vector<double>(1 << 17, 2.0));
+  check(manta::get(c.task(&Counter::sum).remote(stored)) == 262144.0, "a call reads a stored argument");
+  check(manta::get(c.task(&Counter::sum).remote(std::vector<double>(2'000'000, 1.0)), std::chrono::seconds(60)) ==
+            2'000'000.0,
+        "a call takes a 16 MB argument (in parts)");
+  check(manta::get(manta::task(add_through).remote(c, 5)) == 315, "a task on the driver's node calls the actor");
+
+  auto named = manta::actor<Counter>().resources(on_special).name("shared").remote(100);
+  manta::get(named.task(&Counter::add).remote(1));
+  auto found = manta::get_actor<Counter>("shared");
+  check(manta::get(found.task(&Counter::add).remote(1)) == 102, "get_actor finds an actor that lives on a node");
+
+  manta::kill(found);
+  try {
+    manta::get(named.task(&Counter::add).remote(1), std::chrono::seconds(30));
+    check(false, "a call on a killed actor fails");
+  } catch (const manta::actor_died_error& e) {
+    check(true, std::string("a call on a killed actor fails: ") + e.what());
+  }
+  auto broken = manta::actor<Counter>().resources(on_special).remote(-1);
+  try {
+    manta::get(broken.task(&Counter::add).remote(1), std::chrono::seconds(30));
+    check(false, "a call on an actor whose constructor threw fails");
+  } catch (const manta::actor_died_error& e) {
+    check(std::string(e.what()).find("a negative start") != std::string::npos,
+          std::string("a call on an actor whose constructor threw fails: ") + e.what());
+  }
+  try {
+    manta::actor<Counter>().resources({{"nowhere", 1}}).remote(1);
+    check(false, "an actor no node can hold is refused");
+  } catch (const manta::usage_error& e) {
+    check(true, std::string("an actor no node can hold is refused: ") + e.what());
+  }
+  check(manta::get(c.task(&Counter::add).remote(1)) == 316, "the first actor still counts");
+}
+
+/// An actor on a killed node starts again on the other (max_restarts), its
+/// call in flight failing; one without restarts is gone for good.
+void actor_lost() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  auto kept = manta::actor<Counter>().resources(on_special).max_restarts(1).remote(7);
+  const int kept_at = manta::get(kept.task(&Counter::host).remote());
+  // The head spreads actors over the nodes: of two more, one shares the first's node.
+  auto one = manta::actor<Counter>().resources(on_special).remote(7);
+  auto two = manta::actor<Counter>().resources(on_special).remote(7);
+  const int one_at = manta::get(one.task(&Counter::host).remote());
+  const int two_at = manta::get(two.task(&Counter::host).remote());
+  check(one_at != two_at && (one_at == kept_at || two_at == kept_at),
+        "three actors were spread over the two nodes (" + std::to_string(kept_at) + ", " + std::to_string(one_at) +
+            ", " + std::to_string(two_at) + ")");
+  auto& gone = one_at == kept_at ? one : two;
+  auto& other = one_at == kept_at ? two : one;
+  check(manta::get(kept.task(&Counter::add).remote(1)) == 8, "the actor counts");
+  auto in_flight = kept.task(&Counter::slow_host).remote(5000);
+  const int first = first_mark();
+  check(first == kept_at, "the slow call runs on the actor's node");
+  ::kill(first, SIGKILL);
+  try {
+    manta::get(in_flight, std::chrono::seconds(30));
+    check(false, "the call in flight on the killed node fails");
+  } catch (const manta::actor_died_error& e) {
+    check(true, std::string("the call in flight on the killed node fails: ") + e.what());
+  }
+  const int again = manta::get(kept.task(&Counter::host).remote(), std::chrono::seconds(30));
+  check(again > 0 && again != first, "the actor started again on the other node (" + std::to_string(again) + ")");
+  check(manta::get(kept.task(&Counter::add).remote(1)) == 8, "with its constructor's state, as after any restart");
+  try {
+    manta::get(gone.task(&Counter::add).remote(1), std::chrono::seconds(30));
+    check(false, "an actor without restarts on the killed node is gone");
+  } catch (const manta::actor_died_error& e) {
+    check(std::string(e.what()).find("was lost with") != std::string::npos,
+          std::string("an actor without restarts on the killed node is gone: ") + e.what());
+  }
+  check(manta::get(other.task(&Counter::add).remote(1)) == 8, "an actor on the other node lives on");
 }
 
 /// The pid of `parent`'s child named `comm` (0 if none).
@@ -385,6 +494,8 @@ int main(int argc, char** argv) {
   else if (scenario == "many_long") many_long();
   else if (scenario == "dies_mid_send") dies_mid_send();
   else if (scenario == "after_abort") after_abort();
+  else if (scenario == "actors") actors();
+  else if (scenario == "actor_lost") actor_lost();
   else return 2;
   manta::shutdown();
   return failures == 0 ? 0 : 1;

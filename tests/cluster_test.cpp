@@ -208,6 +208,14 @@ TEST_F(cluster, a_frozen_node_is_lost_within_the_heartbeat_limit_and_holds_up_no
   EXPECT_EQ(with_two_nodes("frozen"), std::make_pair(0, 3)) << "the thawed node finds itself dropped";
 }
 
+TEST_F(cluster, actors_that_only_a_node_can_hold_live_there_and_end_with_their_handles) {
+  EXPECT_EQ(with_two_nodes("actors"), std::make_pair(0, 0));
+}
+
+TEST_F(cluster, an_actor_on_a_killed_node_starts_again_on_another_within_max_restarts) {
+  EXPECT_EQ(with_two_nodes("actor_lost"), std::make_pair(0, 128 + SIGKILL));
+}
+
 TEST_F(cluster, a_lost_head_fails_remote_work_and_every_node_exits) {
   pid_t node = member(true, {"special"}, "node-1.log");
   pid_t driver = member(false, {"head_lost", "1"}, "driver.log");

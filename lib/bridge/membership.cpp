@@ -443,6 +443,7 @@ void head::serve(std::shared_ptr<connection> c) {
         if (f.type == frame_type::run_task && driver) route_task(c, std::move(f.body), out);
         else if (f.type == frame_type::task_result && !driver) route_outcome(*c, std::move(f.body), out);
         else if (f.type == frame_type::part) route_part(c, std::move(f.body), out);
+        else if (f.type == frame_type::actor_end && driver) end_actor(*c, f.body, out);
         // Queued under the lock: a part forwarded here cannot overtake the
         // parts another thread sent again to the same node, nor an abort.
         if (f.type == frame_type::part)
@@ -539,7 +540,9 @@ task_outcome failed(std::uint64_t id, std::uint8_t kind, const std::string& type
 }
 
 // ipc::error_kind's numbers (the bridge does not depend on ipc).
+constexpr std::uint8_t kind_actor_died = 2;
 constexpr std::uint8_t kind_usage = 4;
+constexpr std::uint8_t mode_construct = 3;  // detail::call_mode's
 constexpr std::uint8_t kind_node_died = 6;
 
 }  // namespace
@@ -561,7 +564,7 @@ std::shared_ptr<head::connection> head::place(const routed_task& t, std::string&
                           [&](const auto& x) { return x->node_id == n.id && !x->done; });
     if (c == connections_.end()) continue;
     auto cpus = n.info.resources.find("CPU");
-    double load = running_[n.id] / std::max(1.0, cpus == n.info.resources.end() ? 1.0 : cpus->second);
+    double load = (running_[n.id] + hosted_[n.id]) / std::max(1.0, cpus == n.info.resources.end() ? 1.0 : cpus->second);
     if (!best || load < best_load) {
       best = *c;
       best_load = load;
@@ -578,9 +581,9 @@ void head::route_task(const std::shared_ptr<connection>& driver, std::string&& b
   remote_task t = decode_task(body, /*with_args=*/false);  // a malformed task ends the driver's connection
   routed_task r = routed_from(driver, t);
   std::string why;
-  std::shared_ptr<connection> node = place(r, why);
+  std::shared_ptr<connection> node = t.actor.empty() ? place(r, why) : actor_target(driver, t, r, why);
   if (!node) {
-    out.push_back({driver, frame_type::task_result, unplaced(t, why)});
+    out.push_back({driver, frame_type::task_result, t.actor.empty() ? unplaced(t, why) : actor_refused(t, why)});
     return;
   }
   const std::uint64_t id = ++next_task_;
@@ -590,6 +593,7 @@ void head::route_task(const std::shared_ptr<connection>& driver, std::string&& b
   keep_frame(kept, frame_type::run_task, frame);
   forward(kept, node, out);
   if (!kept.keep) out.push_back({node, frame_type::run_task, frame, true});
+  if (!kept.actor.empty()) actor_forwarded(id, kept, frame);
 }
 
 head::routed_task head::routed_from(const std::shared_ptr<connection>& driver, const remote_task& t) {
@@ -658,9 +662,9 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
       remote_task t = decode_task(bytes, /*with_args=*/false);  // the header comes whole in the first part
       routed_task r = routed_from(from, t);
       std::string why;
-      std::shared_ptr<connection> node = place(r, why);
+      std::shared_ptr<connection> node = t.actor.empty() ? place(r, why) : actor_target(from, t, r, why);
       if (!node) {
-        out.push_back({from, frame_type::task_result, unplaced(t, why)});
+        out.push_back({from, frame_type::task_result, t.actor.empty() ? unplaced(t, why) : actor_refused(t, why)});
       } else {
         id = ++next_task_;
         put_u64(body, first_bytes_at, id);  // renumbered in place, and its stream with it
@@ -671,6 +675,7 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
         keep_frame(kept, frame_type::part, part);
         forward(kept, node, out);
         if (!kept.keep) out.push_back({node, frame_type::part, part, true});
+        if (!kept.actor.empty()) actor_forwarded(id, kept, nullptr);
       }
     } else if (h.type == frame_type::task_result && !from->driver) {
       const task_outcome o = decode_outcome_head(bytes, h.total);  // checked here: a driver gets no malformed one
@@ -742,8 +747,17 @@ void head::route_outcome(connection& from, std::string&& body, std::vector<outgo
   if (it == routed_.end() || it->second.node != from.node_id) return;
   auto driver = it->second.driver.lock();
   const std::uint64_t driver_id = it->second.driver_id;
+  if (!it->second.actor.empty() && !it->second.method) {
+    auto a = actors_.find(it->second.actor);
+    if (a != actors_.end()) {
+      a->second.ctor.driver_id = 0;  // answered: a start elsewhere later answers nobody
+      if (!o.ok) unhost(a->second);
+      if (!o.ok) a->second.gone = "could not be started on " + from.node_id + ": " + o.error.message;
+    }
+  }
   --running_[it->second.node];
   drop_route(it);
+  if (driver_id == 0) return;  // an actor started again elsewhere: its driver heard of it the first time
   if (driver && !driver->done) {
     set_id(body, driver_id);
     out.push_back({driver, frame_type::task_result, std::make_shared<const std::string>(std::move(body))});
@@ -768,6 +782,17 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       }
       it = next;
     }
+    // Its actors end with it, as a driver's do on one node.
+    for (auto it = actors_.begin(); it != actors_.end();) {
+      auto d = it->second.driver.lock();
+      if (d && d.get() != &c) {
+        ++it;
+        continue;
+      }
+      if (auto node = it->second.node_connection.lock(); node && !node->done && it->second.gone.empty())
+        out.push_back({node, frame_type::actor_end, std::make_shared<const std::string>(encode_actor_end({it->first, true}))});
+      it = forget_actor(it);
+    }
     return;
   }
   for (auto& n : nodes_)
@@ -776,6 +801,7 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       n.lost_why = why;
     }
   running_.erase(c.node_id);
+  hosted_.erase(c.node_id);
   for (auto it = routed_.begin(); it != routed_.end();) {
     auto following = std::next(it);
     routed_task& r = it->second;
@@ -791,6 +817,24 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
     }
     if (std::exchange(r.outcome_streaming, false))  // the driver drops what came of its outcome
       out.push_back({driver, frame_type::part, abort_part(it->first)});
+    if (!r.actor.empty()) {
+      // An actor's call is not run again: its actor's state went with the node
+      // (the actor starts again below). Its constructor is answered by that start.
+      std::string message;
+      if (r.method)
+        message = "manta: actor call '" + r.name + "' was lost with " + c.node_id + " (" + why + ")";
+      else if (!actors_.count(r.actor))
+        message = "manta: actor '" + r.name + "' was lost with " + c.node_id + " (" + why + ") while it started";
+      if (!message.empty())
+        out.push_back({driver, frame_type::task_result,
+                       std::make_shared<const std::string>(encode_outcome(failed(
+                           r.driver_id, r.method ? kind_actor_died : kind_node_died,
+                           r.method ? "manta::actor_died_error" : "manta::node_died_error", std::move(message), r.name,
+                           c.node_id)))});
+      drop_route(it);  // (its node's count went with the node)
+      it = following;
+      continue;
+    }
     std::string elsewhere;
     std::shared_ptr<connection> next = r.retries_left > 0 && r.keep ? place(r, elsewhere) : nullptr;
     if (next) {
@@ -809,7 +853,139 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
     drop_route(it);
     it = following;
   }
+  lose_actors(c, why, out);
   tell_drivers(out);
+}
+
+void head::lose_actors(const connection& c, const std::string& why, std::vector<outgoing>& out) {
+  for (auto& [key, a] : actors_) {
+    if (a.node != c.node_id || !a.gone.empty()) continue;
+    auto driver = a.driver.lock();
+    std::string elsewhere;
+    std::shared_ptr<connection> next;
+    if (driver && !driver->done && a.restarts_left > 0 && !a.ctor.frames.empty()) next = place(a.ctor, elsewhere);
+    if (next) {
+      // Its constructor runs again there, from the frame the head kept (and
+      // numbered as before); its driver hears only if it never heard of the first.
+      --a.restarts_left;
+      routed_task r = a.ctor;
+      r.kept = 0;  // (the actor counts the frame)
+      routed_task& sent = routed_.insert_or_assign(a.ctor_id, std::move(r)).first->second;
+      forward(sent, next, out);
+      sent.frames.clear();
+      sent.keep = false;
+      a.ctor.driver_id = 0;
+      a.node = next->node_id;
+      ++hosted_[a.node];
+      a.node_connection = next;
+      std::fprintf(stderr, "manta head: actor %s (%s) was lost with %s; started again on %s\n", a.ctor.name.c_str(),
+                   key.c_str(), c.node_id.c_str(), a.node.c_str());
+      continue;
+    }
+    a.gone = "was lost with " + c.node_id + " (" + why + ")" +
+             (a.restarts_left <= 0        ? ", past its max_restarts"
+              : a.ctor.frames.empty()     ? ", and its constructor's arguments were more than the head keeps"
+              : !driver || driver->done   ? ""
+                                          : ", and " + elsewhere);
+    if (a.ctor.driver_id != 0 && driver && !driver->done)  // its constructor was never answered
+      out.push_back({driver, frame_type::task_result,
+                     std::make_shared<const std::string>(encode_outcome(failed(
+                         std::exchange(a.ctor.driver_id, 0), kind_node_died, "manta::node_died_error",
+                         "manta: actor '" + a.ctor.name + "' " + a.gone, a.ctor.name, c.node_id)))});
+  }
+}
+
+std::shared_ptr<head::connection> head::actor_target(const std::shared_ptr<connection>& driver, const remote_task& t,
+                                                     routed_task& r, std::string& why) {
+  r.actor = t.actor;
+  r.method = t.mode != mode_construct;
+  r.retries_left = 0;  // its actor starts again instead (lose_actors)
+  if (t.actor.rfind(driver->node_id + "/", 0) != 0) {
+    why = "its actor key '" + t.actor + "' is not one of " + driver->node_id + "'s";
+    return nullptr;
+  }
+  auto it = actors_.find(t.actor);
+  if (!r.method) {
+    if (it != actors_.end()) {
+      why = "an actor '" + t.actor + "' was started already";
+      return nullptr;
+    }
+    std::shared_ptr<connection> node = place(r, why);
+    if (!node) return nullptr;
+    placed_actor& a = actors_[t.actor];
+    ++hosted_[node->node_id];
+    a.driver = driver;
+    a.node = node->node_id;
+    a.node_connection = node;
+    a.ctor = r;
+    a.restarts_left = t.max_restarts < 0 ? std::numeric_limits<int>::max() : t.max_restarts;
+    return node;
+  }
+  if (it == actors_.end()) {
+    why = "its actor is not in the cluster (it was ended)";
+    return nullptr;
+  }
+  if (!it->second.gone.empty()) {
+    why = "its actor " + it->second.gone;
+    return nullptr;
+  }
+  auto node = it->second.node_connection.lock();
+  if (!node || node->done) {
+    why = "its actor's node " + it->second.node + " is gone";
+    return nullptr;
+  }
+  return node;
+}
+
+head::shared_body head::actor_refused(const remote_task& t, const std::string& why) {
+  if (t.mode == mode_construct) return unplaced(t, why);
+  return std::make_shared<const std::string>(encode_outcome(
+      failed(t.id, kind_actor_died, "manta::actor_died_error", "manta: actor call '" + t.name + "' cannot run: " + why,
+             t.name)));
+}
+
+void head::actor_forwarded(std::uint64_t id, routed_task& r, const shared_body& body) {
+  if (!r.method) {
+    auto it = actors_.find(r.actor);
+    if (it != actors_.end()) {
+      placed_actor& a = it->second;
+      a.ctor_id = id;
+      a.ctor.driver_id = r.driver_id;
+      if (body && kept_bytes_ + body->size() <= max_kept) {  // kept to start it again elsewhere
+        a.ctor.frames = {{frame_type::run_task, body}};
+        a.ctor.kept = body->size();
+        kept_bytes_ += a.ctor.kept;
+      }
+    }
+  }
+  forget_frames(r);  // never sent again as itself: its actor starts again instead
+}
+
+void head::forget_frames(routed_task& r) {
+  kept_bytes_ -= r.kept;
+  r.kept = 0;
+  r.frames.clear();
+  r.keep = false;
+}
+
+void head::end_actor(const connection& driver, std::string_view body, std::vector<outgoing>& out) {
+  const actor_end e = decode_actor_end(body);  // malformed: the driver's connection ends
+  auto it = actors_.find(e.actor);
+  if (it == actors_.end() || it->second.driver.lock().get() != &driver) return;  // not one of its own
+  if (auto node = it->second.node_connection.lock(); node && !node->done && it->second.gone.empty())
+    out.push_back({node, frame_type::actor_end, std::make_shared<const std::string>(body)});
+  forget_actor(it);
+}
+
+void head::unhost(placed_actor& a) {
+  if (!a.gone.empty()) return;
+  if (auto it = hosted_.find(a.node); it != hosted_.end()) --it->second;
+}
+
+std::map<std::string, head::placed_actor>::iterator head::forget_actor(std::map<std::string, placed_actor>::iterator it) {
+  unhost(it->second);
+  kept_bytes_ -= it->second.ctor.kept;
+  return actors_.erase(it);
 }
 
 void head::tell_drivers(std::vector<outgoing>& out) {
@@ -841,7 +1017,8 @@ std::string head::nodes_json_locked() const {
               {"pid", n.info.pid},
               {"resources", n.info.resources},
               {"alive", n.alive},
-              {"tasks_running", running == running_.end() ? 0 : running->second}};
+              {"tasks_running", running == running_.end() ? 0 : running->second},
+              {"actors", hosted_.count(n.id) ? hosted_.at(n.id) : 0}};
     if (!n.alive) r["lost_why"] = n.lost_why;
     rows.push_back(std::move(r));
   }

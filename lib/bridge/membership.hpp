@@ -117,6 +117,19 @@ class head {
     double num_cpus = 1, num_gpus = 0;
     std::map<std::string, double> resources;
     int retries_left = 0;  ///< on the loss of its node
+    std::string actor;     ///< an actor's constructor or call: the actor's key
+    bool method = false;   ///< an actor's call (never sent again: the actor's state went with its node)
+  };
+  /// An actor the head placed, by its key: where it lives, and how to start it
+  /// again on another node when that one is lost.
+  struct placed_actor {
+    std::weak_ptr<connection> driver;
+    std::string node;
+    std::weak_ptr<connection> node_connection;
+    routed_task ctor;        ///< its constructor as placed; its one frame, when kept
+    std::uint64_t ctor_id = 0;  ///< the head's number for its constructor (in that frame)
+    int restarts_left = 0;   ///< on the loss of its node
+    std::string gone;        ///< why it is gone (its later calls fail with it), or empty
   };
 
   void accept_loop();
@@ -141,6 +154,26 @@ class head {
   routed_task routed_from(const std::shared_ptr<connection>& driver, const remote_task& t);
   /// The failure a driver gets for a task no node could take.
   shared_body unplaced(const remote_task& t, const std::string& why);
+  /// Where an actor's constructor or call goes (under mu_): a constructor is
+  /// placed as a task and the actor recorded, a call goes to its actor's node.
+  /// Empty with `why` set if it cannot go.
+  std::shared_ptr<connection> actor_target(const std::shared_ptr<connection>& driver, const remote_task& t,
+                                           routed_task& r, std::string& why);
+  /// The failure a driver gets for an actor's constructor or call that cannot go.
+  shared_body actor_refused(const remote_task& t, const std::string& why);
+  /// After `r` (an actor's, numbered `id`) was forwarded as frame `body`
+  /// (empty for a long one), under mu_.
+  void actor_forwarded(std::uint64_t id, routed_task& r, const shared_body& body);
+  /// A driver ended one of its actors (actor_end): its node hears of it (under mu_).
+  void end_actor(const connection& driver, std::string_view body, std::vector<outgoing>& out);
+  /// The actors on lost node `c` start again elsewhere, or are gone (under mu_).
+  void lose_actors(const connection& c, const std::string& why, std::vector<outgoing>& out);
+  /// Stops keeping `r`'s frames (under mu_).
+  void forget_frames(routed_task& r);
+  /// `a` no longer counts on its node (it is gone, or ended), under mu_.
+  void unhost(placed_actor& a);
+  /// Erases an actor (under mu_); returns the next.
+  std::map<std::string, placed_actor>::iterator forget_actor(std::map<std::string, placed_actor>::iterator it);
   /// Keeps a frame of `t` to send again, while the head keeps less than max_kept (under mu_).
   void keep_frame(routed_task& t, frame_type type, const shared_body& body);
   /// Forgets a routed task (under mu_).
@@ -164,6 +197,8 @@ class head {
   int next_node_ = 0, next_driver_ = 0;
   std::map<std::uint64_t, routed_task> routed_;  ///< by the head's number
   std::map<std::string, int> running_;           ///< tasks forwarded to each node, not back yet
+  std::map<std::string, placed_actor> actors_;   ///< by key: every driver's actors in the cluster
+  std::map<std::string, int> hosted_;            ///< actors living on each node (they count as its load)
   std::uint64_t next_task_ = 0;
   std::uint64_t kept_bytes_ = 0;  ///< of every routed task's frames
   mutable std::uint64_t table_version_ = 0;

@@ -66,6 +66,12 @@ std::string encode_task_head(const remote_task& t) {
             {"memory", t.memory},       {"max_retries", t.max_retries},
             {"retry_exceptions", t.retry_exceptions}, {"timeout_ns", t.timeout_ns},
             {"max_calls", t.max_calls}};
+  if (!t.actor.empty()) {
+    h["actor"] = t.actor;
+    h["max_restarts"] = t.max_restarts;
+    h["max_task_retries"] = t.max_task_retries;
+    h["max_concurrency"] = t.max_concurrency;
+  }
   return head_bytes(t.id, h);
 }
 
@@ -88,6 +94,10 @@ remote_task decode_task_header(const parts& p) {
     t.retry_exceptions = h.at("retry_exceptions").get<bool>();
     t.timeout_ns = h.at("timeout_ns").get<std::uint64_t>();
     t.max_calls = h.at("max_calls").get<int>();
+    t.actor = h.value("actor", std::string());
+    t.max_restarts = h.value("max_restarts", 0);
+    t.max_task_retries = h.value("max_task_retries", 0);
+    t.max_concurrency = h.value("max_concurrency", 1);
   } catch (const json::exception& e) {
     throw wire_error(std::string("manta bridge: a malformed task: ") + e.what());
   }
@@ -219,6 +229,19 @@ std::string with_id(std::string_view body, std::uint64_t id) {
 void set_id(std::string& body, std::uint64_t id) {
   if (body.size() < sizeof id) throw wire_error("manta bridge: a task frame without its number");
   std::memcpy(body.data(), &id, sizeof id);
+}
+
+std::string encode_actor_end(const actor_end& e) {
+  return json{{"actor", e.actor}, {"kill", e.kill}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+actor_end decode_actor_end(std::string_view body) {
+  try {
+    const json j = json::parse(body);
+    return {j.at("actor").get<std::string>(), j.at("kill").get<bool>()};
+  } catch (const json::exception& e) {
+    throw wire_error(std::string("manta bridge: a malformed actor_end: ") + e.what());
+  }
 }
 
 }  // namespace manta::bridge

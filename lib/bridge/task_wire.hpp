@@ -29,6 +29,12 @@ struct remote_task {
   bool retry_exceptions = false;
   std::uint64_t timeout_ns = 0;
   int max_calls = 0;
+  /// An actor's constructor or method: the actor's key in the cluster
+  /// ("<driver id>/<number>", chosen by its driver), else empty.
+  std::string actor;
+  int max_restarts = 0;      ///< a constructor's: restarts on its node, and elsewhere when its node is lost
+  int max_task_retries = 0;  ///< a constructor's: calls retried after a restart on its node
+  int max_concurrency = 1;   ///< a constructor's
   std::string args;  ///< the argument blob, values only
 };
 
@@ -75,6 +81,16 @@ task_outcome decode_outcome(std::string&& body);
 /// Checks the start of an outcome whose body is `total` bytes long (the
 /// values' sizes against it); returns it without values. @throws wire_error
 task_outcome decode_outcome_head(std::string_view start, std::uint64_t total);
+
+/// An actor whose handles are all gone (it ends once its calls are done), or
+/// that is killed (at once): an actor_end frame's body.
+struct actor_end {
+  std::string actor;  ///< its key (remote_task::actor)
+  bool kill = false;
+};
+std::string encode_actor_end(const actor_end& e);
+/// @throws wire_error if the body is malformed
+actor_end decode_actor_end(std::string_view body);
 
 /// The task's number, read from an encoded task or outcome without decoding
 /// the rest (the head renumbers what it forwards). @throws wire_error

@@ -45,6 +45,7 @@ enum class frame_type : std::uint16_t {
   task_result = 13,     ///< node -> head -> driver: its outcome (bridge/task_wire)
   cluster_update = 14,  ///< head -> driver: the node table (JSON), whenever it changes
   part = 15,            ///< either way: a piece of a long frame (part_header, then the bytes)
+  actor_end = 16,       ///< driver -> head -> node: an actor's handles are gone, or it is killed (JSON)
 };
 
 /// A malformed or oversized frame: the connection it came on is closed.

@@ -45,6 +45,11 @@ struct actor_record {
   /// Its first constructor call, while it waits for its arguments to be sealed.
   task_spec* pending_ctor = nullptr;
   std::unique_ptr<ipc::error_info> death;
+  /// It lives on another node of the cluster (no local resources could ever
+  /// hold it): its constructor and calls go there as remote tasks.
+  bool remote = false;
+  bool remote_started = false;  ///< its constructor was sent: its end must be too
+  std::string remote_key;       ///< its key in the cluster (bridge::remote_task::actor)
 };
 
 }  // namespace manta::runtime

@@ -33,6 +33,7 @@ void scheduler::create_actor(task_spec* ctor) {
   a.label = detail::actor_class_name(a.class_tag) + (a.name.empty() ? "" : " '" + a.name + "'");
   a.options = ctor->options;
   a.need = ctor->need;
+  a.remote = ctor->remote;
   a.pending_ctor = ctor;
   // The entry stands for the actor: handles point to it; it is never read as a value.
   dir_.publish(a.entry, state_ready);
@@ -50,6 +51,12 @@ void scheduler::create_actor(task_spec* ctor) {
 
 void scheduler::start_constructed(task_spec* ctor) {
   actor_record& a = *ctor->actor;
+  if (a.remote) {  // it starts on another node: its constructor goes there like a task
+    if (a.st == actor_record::state::dead) return;
+    a.st = actor_record::state::constructing;
+    enqueue(ctor);
+    return;
+  }
   a.pending_ctor = nullptr;
   a.ctor = ctor->fn;
   a.ctor_args = std::move(ctor->args);
@@ -148,6 +155,19 @@ void scheduler::constructed(actor_record& a, const ipc::error_info* error) {
 
 void scheduler::actor_dispatch(actor_record& a) {
   if (a.st != actor_record::state::alive) return;
+  if (a.remote) {
+    // To its node through the cluster, in submission order: a call whose
+    // arguments are not ready holds back the ones behind it.
+    bool any = false;
+    while (!a.queue.empty() && a.queue.front()->pending_deps == 0) {
+      task_spec* t = a.queue.front();
+      t->remote = true;
+      graph_.enter(t, remote_waiting_);
+      any = true;
+    }
+    if (any) send_waiting_remote();
+    return;
+  }
   worker_link& w = link(a.host);
   bool sent = false;
   // In order: a call whose arguments are not ready holds back the ones behind it.
@@ -225,6 +245,7 @@ void scheduler::actor_dead(actor_record& a, const ipc::error_info& why) {
     while (!a.queue.empty()) fail_task(a.queue.front(), why);  // each leaves the queue
     waiting_actors_.erase(std::remove(waiting_actors_.begin(), waiting_actors_.end(), &a),
                           waiting_actors_.end());
+    if (a.remote_started) host_.end_remote_actor(a.remote_key, a.killed);  // its node ends it too
     if (!a.name.empty()) {
       auto it = actor_names_.find(a.name);
       if (it != actor_names_.end() && it->second->actor == &a) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -164,6 +165,19 @@ bool cluster_driver::send(bridge::remote_task t, std::vector<held_argument> held
   return true;
 }
 
+void cluster_driver::end_actor(const std::string& key, bool kill) {
+  bool was_empty = false;
+  {
+    std::lock_guard lock(mu_);
+    if (!lost_.empty() || stopping_) return;  // (the head ends a leaving driver's actors itself)
+    was_empty = queue_.empty();
+    outgoing o;
+    o.actor_end = bridge::encode_actor_end({key, kill});
+    queue_.push_back(std::move(o));
+  }
+  if (was_empty) cv_.notify_all();
+}
+
 std::vector<manta::node_info> cluster_driver::nodes() const {
   std::lock_guard lock(mu_);
   return table_;
@@ -198,6 +212,11 @@ void cluster_driver::send_loop() {
     try {
       for (outgoing& o : taken) {
         const bridge::remote_task& t = o.task;
+        if (!o.actor_end.empty()) {
+          const std::string_view body = o.actor_end;
+          bridge::append_frame(batch, bridge::frame_type::actor_end, std::span<const std::string_view>(&body, 1));
+          continue;
+        }
         try {
           // The header, then the arguments: inline ones from the blob, stored
           // ones from the arena (a long task goes in parts, nothing joined or copied).
@@ -316,16 +335,39 @@ struct job {
   std::vector<detail::ref_node*> pinned;   ///< results whose bytes its outcome borrows
 };
 
-/// Submits `t` to this node's runtime. @throws what submission throws
-job start(node_runtime& rt, const bridge::remote_task& t) {
-  const detail::function_info* fn = detail::function_by_id(t.function);
-  if (!fn || fn->kind != detail::callable_kind::function)
-    throw usage_error("manta: '" + t.name + "' is not a function this node's binary registered");
-  if (t.mode > static_cast<std::uint8_t>(detail::call_mode::starmap))
+/// The actors drivers started on this node, by key (remote_task::actor): one
+/// handle each, given back when the driver ends the actor.
+using actor_table = std::map<std::string, detail::ref_node*>;
+
+/// Submits `t` to this node's runtime; an actor's constructor goes into
+/// `actors` and leaves the job without results. @throws what submission throws
+job start(node_runtime& rt, const bridge::remote_task& t, actor_table& actors) {
+  using detail::call_mode;
+  if (t.mode > static_cast<std::uint8_t>(call_mode::method))
     throw usage_error("manta: task '" + t.name + "' came with a call mode a node does not run");
+  const auto mode = static_cast<call_mode>(t.mode);
+  const auto kind = mode == call_mode::construct ? detail::callable_kind::constructor
+                    : mode == call_mode::method  ? detail::callable_kind::method
+                                                 : detail::callable_kind::function;
+  const detail::function_info* fn = detail::function_by_id(t.function);
+  if (!fn || fn->kind != kind)
+    throw usage_error("manta: '" + t.name + "' is not a " +
+                      (kind == detail::callable_kind::function ? "function" : "an actor's constructor or method") +
+                      " this node's binary registered");
+  if ((kind == detail::callable_kind::function) != t.actor.empty())
+    throw usage_error("manta: task '" + t.name + "' came without its actor, or with one it does not take");
+  if (mode == call_mode::construct && actors.count(t.actor))
+    throw usage_error("manta: actor '" + t.actor + "' was started on this node already");
   detail::task_request r;
+  if (mode == call_mode::method) {
+    auto it = actors.find(t.actor);
+    if (it == actors.end())
+      throw actor_died_error("manta: the actor of call '" + t.name + "' is not on this node (it was ended)");
+    detail::acquire(it->second);
+    r.actor = it->second;
+  }
   r.function = fn;
-  r.mode = static_cast<detail::call_mode>(t.mode);
+  r.mode = mode;
   r.num_returns = t.num_returns;
   r.options.num_cpus = t.num_cpus;
   r.options.num_gpus = t.num_gpus;
@@ -336,6 +378,11 @@ job start(node_runtime& rt, const bridge::remote_task& t) {
   r.options.name = t.name == fn->name ? std::string() : t.name;
   r.options.timeout_ns = t.timeout_ns;
   r.options.max_calls = t.max_calls;
+  if (mode == call_mode::construct) {
+    r.options.max_restarts = t.max_restarts;
+    r.options.max_task_retries = t.max_task_retries;
+    r.options.max_concurrency = std::max(1, t.max_concurrency);
+  }
   detail::arg_writer writer(r);  // large values go into this node's arena first
   process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
     if (a.kind != process::arg_kind::value)
@@ -348,7 +395,26 @@ job start(node_runtime& rt, const bridge::remote_task& t) {
   });
   job j{t.id, std::vector<detail::ref_node*>(t.num_returns, nullptr)};
   rt.submit(std::move(r), j.returns.data());
+  if (mode == call_mode::construct) {
+    actors.emplace(t.actor, j.returns[0]);  // the handle: calls find it from now on
+    j.returns.clear();
+  }
   return j;
+}
+
+/// A driver ended one of its actors here: its handle goes (it ends once its
+/// calls are done), or it is killed at once.
+void end_actor(node_runtime& rt, actor_table& actors, const bridge::actor_end& e) {
+  auto it = actors.find(e.actor);
+  if (it == actors.end()) return;
+  if (e.kill) {
+    try {
+      rt.kill_actor(it->second);
+    } catch (const std::exception&) {  // (the runtime is going)
+    }
+  }
+  detail::release(it->second);
+  actors.erase(it);
 }
 
 /// The outcome of a job whose results are all sealed; its values borrow the
@@ -391,7 +457,12 @@ void done_with(node_runtime& rt, job& j) {
 std::string serve_as_node(node_runtime& rt, const std::string& address, const std::string& token) {
   std::mutex mu;  // inbox, ended, done
   std::condition_variable cv;
-  std::deque<bridge::remote_task> inbox;  ///< from the head, not submitted yet
+  /// A task from the head, or the end of an actor (in the order they came).
+  struct arrival {
+    bridge::remote_task task;
+    std::optional<bridge::actor_end> end;
+  };
+  std::deque<arrival> inbox;  ///< from the head, not submitted yet
   std::string ended;
   bool done = false;
 
@@ -408,10 +479,12 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       [&](bridge::frame&& f) {
         // Only decoded here: the link's thread must keep reading (submitting may
         // put large arguments into the arena, and spill).
-        if (f.type != bridge::frame_type::run_task) return;
-        bridge::remote_task t = bridge::decode_task(std::move(f.body));  // malformed: the link ends
+        arrival a;
+        if (f.type == bridge::frame_type::run_task) a.task = bridge::decode_task(std::move(f.body));  // malformed: the link ends
+        else if (f.type == bridge::frame_type::actor_end) a.end = bridge::decode_actor_end(f.body);
+        else return;
         std::lock_guard lock(mu);
-        inbox.push_back(std::move(t));
+        inbox.push_back(std::move(a));
         if (inbox.size() == 1) cv.notify_all();  // (the serving thread sleeps only on an empty inbox)
       });
   const std::string me_id = link.node_id();
@@ -465,9 +538,10 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   // runtime's ready queue thousands long makes every dispatch scan it (tasks
   // asking for resources may let later ones pass).
   const std::size_t in_runtime = std::max<std::size_t>(64, 32 * rt.worker_count());
-  std::deque<bridge::remote_task> waiting;
+  std::deque<arrival> waiting;
+  actor_table actors;
   for (;;) {
-    std::deque<bridge::remote_task> arrived;
+    std::deque<arrival> arrived;
     {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return done || !inbox.empty() || !running.empty() || !waiting.empty(); });
@@ -495,9 +569,15 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     };
     process::context_use use;
     bool lost = false;
-    for (auto& t : arrived) {
+    for (auto& [t, end] : arrived) {
+      if (end) {
+        end_actor(rt, actors, *end);
+        continue;
+      }
       try {
-        running.push_back(start(rt, t));
+        job j = start(rt, t, actors);
+        if (j.returns.empty()) answer({t.id, true, {}, {}, {}});  // an actor started: its calls may come
+        else running.push_back(std::move(j));
       } catch (const std::exception&) {
         auto o = failed_outcome(t.id, ipc::error_from_exception(std::current_exception(), t.name, ::getpid()));
         if (runtime_lost(o)) lost = true;
@@ -533,6 +613,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   process::context_use use;
   for (auto& j : running)
     for (auto* n : j.returns) detail::release(n);
+  for (auto& [key, handle] : actors) detail::release(handle);
   return why;
 }
 

@@ -65,6 +65,11 @@ class cluster_driver {
   /// places; never blocks (called under the scheduler's mutex).
   /// @returns false once the cluster is gone (lost() says why); `held` is given back
   bool send(bridge::remote_task t, std::vector<held_argument> held);
+  /// Queues the end of an actor this driver started on the cluster (behind
+  /// the calls queued before it); never blocks.
+  void end_actor(const std::string& key, bool kill);
+  /// This driver's id in the cluster ("driver-N"): its actors' keys start with it.
+  const std::string& id() const noexcept { return link_->node_id(); }
   /// The nodes of the cluster, as the head last described them.
   std::vector<manta::node_info> nodes() const;
   /// Why the cluster is gone (its head lost, or the cluster stopped), or empty.
@@ -87,6 +92,7 @@ class cluster_driver {
   struct outgoing {
     bridge::remote_task task;
     std::vector<held_argument> held;
+    std::string actor_end;  ///< not empty: instead of the task, an actor_end frame's body
   };
   std::deque<outgoing> queue_;
   /// Gives back what `q` holds (with mu_ not held: a release may take the runtime's locks).

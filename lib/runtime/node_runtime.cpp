@@ -393,6 +393,14 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   out.retry_exceptions = t.options.retry_exceptions;
   out.timeout_ns = t.options.timeout_ns;
   out.max_calls = t.options.max_calls;
+  if (t.mode == detail::call_mode::construct) {
+    // Its key in the cluster: unique there, as this driver's id is.
+    t.actor->remote_key = cluster_->id() + "/" + std::to_string(++remote_actors_);
+    out.max_restarts = t.options.max_restarts;
+    out.max_task_retries = t.options.max_task_retries;
+    out.max_concurrency = t.options.max_concurrency;
+  }
+  if (t.actor) out.actor = t.actor->remote_key;
   const std::uint64_t limit = bridge::max_long_body - (1u << 20);
   std::uint64_t total = t.args.size();
   for (auto* e : t.deps) {
@@ -441,10 +449,17 @@ bool runs_anywhere(const task_spec& t) {
   return !t.actor && (t.mode == detail::call_mode::call || t.mode == detail::call_mode::map ||
                       t.mode == detail::call_mode::starmap);
 }
+/// What may go to another node when this one can never run it: a plain call,
+/// or an actor's constructor (the actor then lives there).
+bool may_go_elsewhere(const task_spec& t) { return runs_anywhere(t) || t.mode == detail::call_mode::construct; }
 }  // namespace
 
 bool node_runtime::cluster_can_run(const task_spec& t) {
-  return cluster_ && runs_anywhere(t) && t.contained.empty() && cluster_->lacking(t.options).empty();
+  return cluster_ && may_go_elsewhere(t) && t.contained.empty() && cluster_->lacking(t.options).empty();
+}
+
+void node_runtime::end_remote_actor(const std::string& key, bool kill) {
+  if (cluster_) cluster_->end_actor(key, kill);
 }
 
 bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
@@ -681,7 +696,7 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   // never wait on the scheduler's mutex). What this node cannot run may go to
   // another node of the cluster, arguments resolved to values.
   if (auto why = sched_->admit(*t)) {
-    if (!cluster_ || !runs_anywhere(*t)) throw usage_error(*why);
+    if (!cluster_ || !may_go_elsewhere(*t)) throw usage_error(*why);
     if (!r.contained.empty())
       throw usage_error(*why + "; another node of the cluster might, but object_refs inside its arguments "
                                "cannot travel between nodes yet");

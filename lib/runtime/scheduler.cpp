@@ -96,6 +96,12 @@ std::size_t carried_bytes(const task_spec& t) {
 }  // namespace
 
 void scheduler::send_waiting_remote() {
+  if (sending_remote_) return;  // (a remote actor started below enters its calls: this loop sends them)
+  sending_remote_ = true;
+  struct done_sending {
+    bool& flag;
+    ~done_sending() { flag = false; }
+  } at_end{sending_remote_};
   std::size_t out = 0;
   for (const task_spec* t : remote_) out += carried_bytes(*t);
   while (!remote_waiting_.empty() && remote_.size() < max_remote_in_flight) {
@@ -104,11 +110,27 @@ void scheduler::send_waiting_remote() {
     if (!remote_.empty() && out + bytes > max_remote_bytes) break;  // (one goes whatever its size)
     out += bytes;
     if (auto why = host_.send_remote(*t)) {
-      fail_task(t, std::move(*why));  // takes it out of remote_waiting_
+      if (t->mode == detail::call_mode::construct) remote_constructor_failed(t, *why);
+      else fail_task(t, std::move(*why));  // takes it out of remote_waiting_
       continue;
     }
     graph_.enter(t, remote_);
+    if (t->mode == detail::call_mode::construct) {
+      // Its calls follow it, in order, on the same way to its node.
+      actor_record& a = *t->actor;
+      a.pending_ctor = nullptr;
+      a.remote_started = true;
+      a.st = actor_record::state::alive;
+      actor_dispatch(a);
+    }
   }
+}
+
+void scheduler::remote_constructor_failed(task_spec* ctor, const ipc::error_info& why) {
+  actor_record& a = *ctor->actor;
+  if (a.pending_ctor == ctor) a.pending_ctor = nullptr;
+  actor_dead(a, actor_error(a, "could not be started on the cluster: " + why.remote_type + ": " + why.message));
+  finish_task(ctor);
 }
 
 namespace {
@@ -130,6 +152,12 @@ void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_locati
   task_spec* t = graph_.find(key);
   if (!t || t->in_lane != &remote_) return free_placed();  // cancelled (or failed) meanwhile
   if (error || values.size() != t->returns.size()) free_placed();
+  if (t->mode == detail::call_mode::construct) {  // a remote actor's start: its handle stands already
+    if (error) remote_constructor_failed(t, *error);
+    else finish_task(t);
+    dispatch();
+    return;
+  }
   if (error && t->spilled && cluster_failure(*error)) {
     // It went only because it would have queued here: it runs here after all.
     t->remote = t->spilled = false;
@@ -177,6 +205,10 @@ void scheduler::fail_remote(const ipc::error_info& why) {
     if (t->spilled) {  // this node can run it: it waits here again, first in line
       t->remote = t->spilled = false;
       graph_.enter(t, graph_.ready(), /*at_front=*/true);
+      continue;
+    }
+    if (t->mode == detail::call_mode::construct) {
+      remote_constructor_failed(t, why);
       continue;
     }
     ipc::error_info e = why;
@@ -393,7 +425,7 @@ void scheduler::seal(object_entry* e, const ipc::value_location& loc, std::vecto
   graph_.sealed(e, runnable);
   for (task_spec* t : runnable) {
     if (t->mode == detail::call_mode::construct) start_constructed(t);
-    else if (t->actor) actor_dispatch(*t->actor);  // it waits in its actor's queue
+    else if (t->actor) actor_dispatch(*t->actor);  // it waits in its actor's queue (or goes to its node)
     else enqueue(t);
   }
   for (const auto& s : e->subscribers) notify(s, e);

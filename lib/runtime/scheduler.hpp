@@ -89,6 +89,9 @@ class scheduler_host {
   /// Whether a ready task no local worker can take now may go to the cluster
   /// instead (some node has a CPU free), given `in_flight` remote tasks.
   virtual bool remote_room(const task_spec& t, std::size_t in_flight) = 0;
+  /// An actor that lives on another node ended here (its handles are gone, or
+  /// it was killed): tell its node. Never blocks.
+  virtual void end_remote_actor(const std::string& key, bool kill) = 0;
 
  protected:
   ~scheduler_host() = default;
@@ -299,6 +302,9 @@ class scheduler {
   static constexpr std::size_t max_remote_bytes = 256u << 20;  ///< their arguments' bytes
   /// Sends waiting remote tasks while fewer than max_remote_in_flight are out.
   void send_waiting_remote();
+  bool sending_remote_ = false;  ///< send_waiting_remote is on the stack (it may dispatch a remote actor's calls)
+  /// A remote actor's constructor failed to go, or failed there: the actor is dead.
+  void remote_constructor_failed(task_spec* ctor, const ipc::error_info& why);
   task_graph graph_;
   placement place_;
   std::vector<std::unique_ptr<worker_link>> links_;

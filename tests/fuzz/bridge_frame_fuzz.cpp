@@ -39,8 +39,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           remote_task t = decode_task(f->body);
           if (decode_task(std::string(f->body)).args != t.args) __builtin_trap();
           remote_task t2 = decode_task(encode_task(t));
-          if (t2.id != t.id || t2.args != t.args || t2.name != t.name || t2.resources != t.resources) __builtin_trap();
+          if (t2.id != t.id || t2.args != t.args || t2.name != t.name || t2.resources != t.resources ||
+              t2.actor != t.actor || (!t.actor.empty() && t2.max_restarts != t.max_restarts))
+            __builtin_trap();
           if (peek_id(with_id(f->body, 7)) != 7) __builtin_trap();
+        } catch (const wire_error&) {
+        }
+        try {
+          const actor_end e = decode_actor_end(f->body);
+          const actor_end again_end = decode_actor_end(encode_actor_end(e));
+          if (again_end.actor != e.actor || again_end.kill != e.kill) __builtin_trap();
         } catch (const wire_error&) {
         }
         try {
