@@ -83,8 +83,16 @@ struct Counter {
   double sum(std::span<const double> xs) const { return std::accumulate(xs.begin(), xs.end(), 0.0); }
   /// Leaves its mark, then sleeps: the driver knows which node to kill.
   int slow_host(int ms) const { return slow_where(ms); }
+  int nap(int ms) const { return nap_where(ms); }
   int value;
 };
+
+/// Names its worker in a mark, then sleeps: the driver can see it killed.
+int marked_nap(int ms) {
+  std::ofstream(std::string(std::getenv("CLUSTER_DIR")) + "/worker-" + std::to_string(::getpid()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return 0;
+}
 
 /// From a worker of the driver's node: a call on an actor that lives on another node.
 int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.task(&Counter::add).remote(x)); }
@@ -92,8 +100,8 @@ int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.tas
 }  // namespace
 
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
-             bytes_of, add_through);
-MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host);
+             bytes_of, add_through, marked_nap);
+MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap);
 
 namespace {
 
@@ -270,6 +278,26 @@ void actors() {
     check(true, std::string("an actor no node can hold is refused: ") + e.what());
   }
   check(manta::get(c.task(&Counter::add).remote(1)) == 316, "the first actor still counts");
+
+  // Cancelled calls and tasks are cancelled on their node too.
+  auto busy = c.task(&Counter::nap).remote(300);
+  auto dropped = c.task(&Counter::add).remote(1000);
+  manta::cancel(dropped);
+  manta::get(busy);
+  check(manta::get(c.task(&Counter::add).remote(1)) == 317, "a cancelled call queued on its node never ran");
+  auto long_task = manta::task(marked_nap).resources(on_special).remote(60'000);
+  int worker = 0;
+  wait_for(
+      [&] {
+        for (const auto& e : std::filesystem::directory_iterator(std::getenv("CLUSTER_DIR")))
+          if (std::string name = e.path().filename(); name.rfind("worker-", 0) == 0) worker = std::atoi(name.c_str() + 7);
+        return worker != 0;
+      },
+      std::chrono::seconds(20));
+  manta::cancel(long_task);
+  check(worker > 0 && wait_for([&] { return ::kill(worker, 0) != 0; }, std::chrono::seconds(20)),
+        "a cancelled task running on a node has its worker killed there (" + std::to_string(worker) + ")");
+  check(manta::get(manta::task(add_one).resources(on_special).remote(1)) == 2, "and the node goes on");
 }
 
 /// An actor on a killed node starts again on the other (max_restarts), its

@@ -444,6 +444,7 @@ void head::serve(std::shared_ptr<connection> c) {
         else if (f.type == frame_type::task_result && !driver) route_outcome(*c, std::move(f.body), out);
         else if (f.type == frame_type::part) route_part(c, std::move(f.body), out);
         else if (f.type == frame_type::actor_end && driver) end_actor(*c, f.body, out);
+        else if (f.type == frame_type::cancel_task && driver) cancel_routed(*c, f.body, out);
         // Queued under the lock: a part forwarded here cannot overtake the
         // parts another thread sent again to the same node, nor an abort.
         if (f.type == frame_type::part)
@@ -975,6 +976,22 @@ void head::end_actor(const connection& driver, std::string_view body, std::vecto
   if (auto node = it->second.node_connection.lock(); node && !node->done && it->second.gone.empty())
     out.push_back({node, frame_type::actor_end, std::make_shared<const std::string>(body)});
   forget_actor(it);
+}
+
+void head::cancel_routed(const connection& driver, std::string_view body, std::vector<outgoing>& out) {
+  std::uint64_t driver_id = 0;
+  if (body.size() != sizeof driver_id) throw wire_error("manta bridge: a malformed cancel_task");
+  std::memcpy(&driver_id, body.data(), sizeof driver_id);
+  for (auto& [id, r] : routed_) {
+    if (r.driver_id != driver_id || r.driver.lock().get() != &driver) continue;
+    r.retries_left = 0;  // nobody waits for it: not run again if its node is lost
+    if (auto node = r.node_connection.lock(); node && !node->done) {
+      auto cancel = std::make_shared<std::string>(sizeof id, '\0');
+      std::memcpy(cancel->data(), &id, sizeof id);
+      out.push_back({node, frame_type::cancel_task, std::move(cancel)});
+    }
+    return;
+  }
 }
 
 void head::unhost(placed_actor& a) {

@@ -166,6 +166,8 @@ class head {
   void actor_forwarded(std::uint64_t id, routed_task& r, const shared_body& body);
   /// A driver ended one of its actors (actor_end): its node hears of it (under mu_).
   void end_actor(const connection& driver, std::string_view body, std::vector<outgoing>& out);
+  /// A driver cancelled a task it sent (cancel_task): its node hears of it (under mu_).
+  void cancel_routed(const connection& driver, std::string_view body, std::vector<outgoing>& out);
   /// The actors on lost node `c` start again elsewhere, or are gone (under mu_).
   void lose_actors(const connection& c, const std::string& why, std::vector<outgoing>& out);
   /// Stops keeping `r`'s frames (under mu_).

@@ -46,6 +46,7 @@ enum class frame_type : std::uint16_t {
   cluster_update = 14,  ///< head -> driver: the node table (JSON), whenever it changes
   part = 15,            ///< either way: a piece of a long frame (part_header, then the bytes)
   actor_end = 16,       ///< driver -> head -> node: an actor's handles are gone, or it is killed (JSON)
+  cancel_task = 17,     ///< driver -> head -> node: cancel a task sent before (its 8-byte number)
 };
 
 /// A malformed or oversized frame: the connection it came on is closed.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <optional>
 
@@ -166,13 +167,22 @@ bool cluster_driver::send(bridge::remote_task t, std::vector<held_argument> held
 }
 
 void cluster_driver::end_actor(const std::string& key, bool kill) {
+  send_control(bridge::frame_type::actor_end, bridge::encode_actor_end({key, kill}));
+}
+
+void cluster_driver::cancel(std::uint64_t id) {
+  send_control(bridge::frame_type::cancel_task, std::string(reinterpret_cast<const char*>(&id), sizeof id));
+}
+
+void cluster_driver::send_control(bridge::frame_type type, std::string body) {
   bool was_empty = false;
   {
     std::lock_guard lock(mu_);
-    if (!lost_.empty() || stopping_) return;  // (the head ends a leaving driver's actors itself)
+    if (!lost_.empty() || stopping_) return;  // (the head ends a leaving driver's work itself)
     was_empty = queue_.empty();
     outgoing o;
-    o.actor_end = bridge::encode_actor_end({key, kill});
+    o.control = type;
+    o.control_body = std::move(body);
     queue_.push_back(std::move(o));
   }
   if (was_empty) cv_.notify_all();
@@ -212,9 +222,9 @@ void cluster_driver::send_loop() {
     try {
       for (outgoing& o : taken) {
         const bridge::remote_task& t = o.task;
-        if (!o.actor_end.empty()) {
-          const std::string_view body = o.actor_end;
-          bridge::append_frame(batch, bridge::frame_type::actor_end, std::span<const std::string_view>(&body, 1));
+        if (!o.control_body.empty()) {
+          const std::string_view body = o.control_body;
+          bridge::append_frame(batch, o.control, std::span<const std::string_view>(&body, 1));
           continue;
         }
         try {
@@ -461,6 +471,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   struct arrival {
     bridge::remote_task task;
     std::optional<bridge::actor_end> end;
+    std::optional<std::uint64_t> cancel;  ///< the number of a task sent before
   };
   std::deque<arrival> inbox;  ///< from the head, not submitted yet
   std::string ended;
@@ -482,6 +493,8 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         arrival a;
         if (f.type == bridge::frame_type::run_task) a.task = bridge::decode_task(std::move(f.body));  // malformed: the link ends
         else if (f.type == bridge::frame_type::actor_end) a.end = bridge::decode_actor_end(f.body);
+        else if (f.type == bridge::frame_type::cancel_task && f.body.size() == sizeof(std::uint64_t))
+          std::memcpy(&a.cancel.emplace(), f.body.data(), sizeof(std::uint64_t));
         else return;
         std::lock_guard lock(mu);
         inbox.push_back(std::move(a));
@@ -542,6 +555,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   actor_table actors;
   for (;;) {
     std::deque<arrival> arrived;
+    std::vector<std::uint64_t> cancels;
     {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return done || !inbox.empty() || !running.empty() || !waiting.empty(); });
@@ -549,8 +563,28 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         why = ended.find("stopped") != std::string::npos ? std::string() : ended;
         break;
       }
-      for (auto& t : inbox) waiting.push_back(std::move(t));
+      for (auto& a : inbox) {
+        if (a.cancel) cancels.push_back(*a.cancel);  // at once: not behind the tasks that wait
+        else waiting.push_back(std::move(a));
+      }
       inbox.clear();
+    }
+    for (std::uint64_t id : cancels) {
+      // Not submitted yet: dropped; submitted: cancelled in this runtime (a
+      // queued actor call is dropped, a running task's worker killed); its
+      // outcome goes back as any other. Done already: nothing to do.
+      auto queued = std::find_if(waiting.begin(), waiting.end(), [&](const arrival& a) { return !a.end && a.task.id == id; });
+      if (queued != waiting.end()) {
+        waiting.erase(queued);
+        answer(failed_outcome(id, {ipc::error_kind::cancelled, "manta::task_cancelled_error", "manta: task was cancelled",
+                                   {}, {}, ::getpid(), 0, {}}));
+        continue;
+      }
+      auto it = std::find_if(running.begin(), running.end(), [&](const job& j) { return j.id == id; });
+      if (it != running.end() && !it->returns.empty() && it->returns[0]) {
+        process::context_use use;
+        rt.cancel_producer(it->returns[0]);
+      }
     }
     while (!waiting.empty() && running.size() + arrived.size() < in_runtime) {
       arrived.push_back(std::move(waiting.front()));
@@ -569,7 +603,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     };
     process::context_use use;
     bool lost = false;
-    for (auto& [t, end] : arrived) {
+    for (auto& [t, end, cancel] : arrived) {
       if (end) {
         end_actor(rt, actors, *end);
         continue;

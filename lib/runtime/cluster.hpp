@@ -68,6 +68,8 @@ class cluster_driver {
   /// Queues the end of an actor this driver started on the cluster (behind
   /// the calls queued before it); never blocks.
   void end_actor(const std::string& key, bool kill);
+  /// Queues the cancellation of task `id`, sent before; never blocks.
+  void cancel(std::uint64_t id);
   /// This driver's id in the cluster ("driver-N"): its actors' keys start with it.
   const std::string& id() const noexcept { return link_->node_id(); }
   /// The nodes of the cluster, as the head last described them.
@@ -92,8 +94,12 @@ class cluster_driver {
   struct outgoing {
     bridge::remote_task task;
     std::vector<held_argument> held;
-    std::string actor_end;  ///< not empty: instead of the task, an actor_end frame's body
+    /// Instead of the task, when `control_body` is not empty: a control frame.
+    bridge::frame_type control = bridge::frame_type::actor_end;
+    std::string control_body;
   };
+  /// Queues a control frame behind the tasks queued before it; never blocks.
+  void send_control(bridge::frame_type type, std::string body);
   std::deque<outgoing> queue_;
   /// Gives back what `q` holds (with mu_ not held: a release may take the runtime's locks).
   void give_back(std::deque<outgoing>& q) noexcept;

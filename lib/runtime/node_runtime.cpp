@@ -462,6 +462,10 @@ void node_runtime::end_remote_actor(const std::string& key, bool kill) {
   if (cluster_) cluster_->end_actor(key, kill);
 }
 
+void node_runtime::cancel_remote(std::uint64_t key) {
+  if (cluster_) cluster_->cancel(key);
+}
+
 bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
   if (!cluster_ || !runs_anywhere(t) || !t.contained.empty()) return false;
   for (const object_entry* e : t.deps)

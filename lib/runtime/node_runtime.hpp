@@ -145,6 +145,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::optional<ipc::error_info> send_remote(task_spec& t) override;
   bool remote_room(const task_spec& t, std::size_t in_flight) override;
   void end_remote_actor(const std::string& key, bool kill) override;
+  void cancel_remote(std::uint64_t key) override;
   std::uint64_t remote_actors_ = 0;  ///< actors started on the cluster (their keys' numbers; under the scheduler's lock)
   bool cluster_can_run(const task_spec& t) override;
 

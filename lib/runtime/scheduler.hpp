@@ -92,6 +92,9 @@ class scheduler_host {
   /// An actor that lives on another node ended here (its handles are gone, or
   /// it was killed): tell its node. Never blocks.
   virtual void end_remote_actor(const std::string& key, bool kill) = 0;
+  /// A remote task sent to the cluster (its `key`) was cancelled here: its node
+  /// cancels it too (a queued actor call is dropped there). Never blocks.
+  virtual void cancel_remote(std::uint64_t key) = 0;
 
  protected:
   ~scheduler_host() = default;

@@ -77,6 +77,7 @@ struct quiet_host final : scheduler_host {
   }
   bool remote_room(const task_spec&, std::size_t) override { return false; }
   void end_remote_actor(const std::string&, bool) override {}
+  void cancel_remote(std::uint64_t) override {}
   bool cluster_can_run(const task_spec&) override { return false; }
 };
 
