@@ -84,6 +84,7 @@ struct Counter {
   /// Leaves its mark, then sleeps: the driver knows which node to kill.
   int slow_host(int ms) const { return slow_where(ms); }
   int nap(int ms) const { return nap_where(ms); }
+  int absorb(std::span<const double> xs) { return value += static_cast<int>(xs.size()); }
   int value;
 };
 
@@ -101,7 +102,8 @@ int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.tas
 
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
              bytes_of, add_through, marked_nap);
-MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap);
+MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
+            &Counter::absorb);
 
 namespace {
 
@@ -298,6 +300,66 @@ void actors() {
   check(worker > 0 && wait_for([&] { return ::kill(worker, 0) != 0; }, std::chrono::seconds(20)),
         "a cancelled task running on a node has its worker killed there (" + std::to_string(worker) + ")");
   check(manta::get(manta::task(add_one).resources(on_special).remote(1)) == 2, "and the node goes on");
+}
+
+/// The copies of stored objects the head's directory lists on each node
+/// (`manta status --json`), by node id.
+std::map<std::string, int> objects_on_nodes() {
+  std::map<std::string, int> out;
+  const std::string cmd = std::string(std::getenv("CLUSTER_CLI")) + " status --json --log-dir " +
+                          std::getenv("CLUSTER_DIR") + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string text;
+  char buf[4096];
+  for (std::size_t n; p && (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
+  if (p) ::pclose(p);
+  // Each node's row: "id": "...", then later "objects": N (keys are sorted).
+  for (std::size_t at = 0; (at = text.find("\"id\": \"", at)) != std::string::npos;) {
+    const std::size_t from = at + 7, to = text.find('"', from);
+    const std::size_t count = text.find("\"objects\": ", at);
+    const std::size_t next = text.find("\"id\": \"", to);
+    if (count != std::string::npos && (next == std::string::npos || count < next))
+      out[text.substr(from, to - from)] = std::atoi(text.c_str() + count + 11);
+    at = to;
+  }
+  return out;
+}
+
+int total(const std::map<std::string, int>& counts) {
+  int n = 0;
+  for (const auto& [id, c] : counts) n += c;
+  return n;
+}
+
+/// A stored object named by many remote tasks goes to each node once; calls
+/// waiting for one keep their order; freed here, it is freed there.
+void objects() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  {
+    auto shared = manta::put(std::vector<double>(1'000'000, 0.5));  // 8 MB: by reference
+    std::vector<manta::object_ref<double>> sums;
+    for (int i = 0; i < 40; ++i) sums.push_back(manta::task(sum_on).resources(on_special).remote(shared));
+    bool all = true;
+    for (double s : manta::get(sums, std::chrono::seconds(60))) all = all && s == 500000.0;
+    check(all, "40 tasks on two nodes read one 8 MB stored object");
+    auto counts = objects_on_nodes();
+    check(counts.size() == 2 && total(counts) >= 1 && total(counts) <= 2,
+          "each node holds at most one copy of it (" + std::to_string(total(counts)) + " in all)");
+
+    auto c = manta::actor<Counter>().resources(on_special).remote(0);
+    auto first = c.task(&Counter::add).remote(1);
+    auto fresh = manta::put(std::vector<double>(500'000, 1.0));  // a second object: its call waits for it
+    auto absorbed = c.task(&Counter::absorb).remote(fresh);
+    auto last = c.task(&Counter::add).remote(1);
+    check(manta::get(first) == 1 && manta::get(absorbed) == 500'001 && manta::get(last) == 500'002,
+          "an actor's calls keep their order while one waits for its object");
+
+    auto huge = manta::put(std::vector<std::uint8_t>(100'000'000, 7));  // in parts
+    auto seen = manta::get(manta::task(sample_of).resources(on_special).remote(huge), std::chrono::seconds(60));
+    check(seen.size() == 4 && seen[0] == 100'000'000 && seen[2] == 7, "a 100 MB stored object is fetched by a node");
+  }
+  check(wait_for([] { return total(objects_on_nodes()) == 0; }, std::chrono::seconds(20)),
+        "once the driver drops its refs, no node holds a copy (" + std::to_string(total(objects_on_nodes())) + ")");
 }
 
 /// An actor on a killed node starts again on the other (max_restarts), its
@@ -524,6 +586,7 @@ int main(int argc, char** argv) {
   else if (scenario == "after_abort") after_abort();
   else if (scenario == "actors") actors();
   else if (scenario == "actor_lost") actor_lost();
+  else if (scenario == "objects") objects();
   else return 2;
   manta::shutdown();
   return failures == 0 ? 0 : 1;

@@ -71,6 +71,7 @@ class cluster : public ::testing::Test {
       ::setenv("MANTA_TOKEN_FILE", (dir_ + "/cluster.token").c_str(), 1);
       ::setenv("CLUSTER_DIR", dir_.c_str(), 1);
       ::setenv("CLUSTER_HEAD_PID", std::to_string(head_pid_).c_str(), 1);
+      ::setenv("CLUSTER_CLI", MANTA_CLI_PATH, 1);
       int fd = ::open((dir_ + "/" + log).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       ::dup2(fd, STDOUT_FILENO);
       ::dup2(fd, STDERR_FILENO);
@@ -214,6 +215,10 @@ TEST_F(cluster, actors_that_only_a_node_can_hold_live_there_and_end_with_their_h
 
 TEST_F(cluster, an_actor_on_a_killed_node_starts_again_on_another_within_max_restarts) {
   EXPECT_EQ(with_two_nodes("actor_lost"), std::make_pair(0, 128 + SIGKILL));
+}
+
+TEST_F(cluster, a_stored_object_goes_to_each_node_once_and_is_freed_there_with_its_last_ref) {
+  EXPECT_EQ(with_two_nodes("objects"), std::make_pair(0, 0));
 }
 
 TEST_F(cluster, a_lost_head_fails_remote_work_and_every_node_exits) {

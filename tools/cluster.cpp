@@ -278,8 +278,8 @@ int cluster_status(const cluster_options& o) {
   for (const auto& n : table["nodes"]) alive += n["alive"].get<bool>();
   std::printf("cluster at %s: %zu node%s alive, %zu lost\n\n", address.c_str(), alive, alive == 1 ? "" : "s",
               table["nodes"].size() - alive);
-  std::printf("%-8s %-22s %-16s %-8s %-6s %-6s %-6s %s\n", "NODE", "ADDRESS", "HOST", "PID", "ALIVE", "TASKS", "ACTORS",
-              "RESOURCES");
+  std::printf("%-8s %-22s %-16s %-8s %-6s %-6s %-6s %-7s %s\n", "NODE", "ADDRESS", "HOST", "PID", "ALIVE", "TASKS",
+              "ACTORS", "OBJECTS", "RESOURCES");
   for (const auto& n : table["nodes"]) {
     std::string resources;
     for (const auto& [name, amount] : n["resources"].items()) {
@@ -289,10 +289,10 @@ int cluster_status(const cluster_options& o) {
       resources += (resources.empty() ? "" : ", ") + name + " " + value;
     }
     if (!n["alive"].get<bool>()) resources = "lost: " + n["lost_why"].get<std::string>();
-    std::printf("%-8s %-22s %-16s %-8d %-6s %-6d %-6d %s\n", n["id"].get<std::string>().c_str(),
+    std::printf("%-8s %-22s %-16s %-8d %-6s %-6d %-6d %-7d %s\n", n["id"].get<std::string>().c_str(),
                 n["address"].get<std::string>().c_str(), n["host"].get<std::string>().c_str(), n["pid"].get<int>(),
                 n["alive"].get<bool>() ? "yes" : "no", n.value("tasks_running", 0), n.value("actors", 0),
-                resources.c_str());
+                n.value("objects", 0), resources.c_str());
   }
   return 0;
 }

@@ -445,6 +445,9 @@ void head::serve(std::shared_ptr<connection> c) {
         else if (f.type == frame_type::part) route_part(c, std::move(f.body), out);
         else if (f.type == frame_type::actor_end && driver) end_actor(*c, f.body, out);
         else if (f.type == frame_type::cancel_task && driver) cancel_routed(*c, f.body, out);
+        else if ((f.type == frame_type::fetch_object && !driver) ||
+                 ((f.type == frame_type::object_lost || f.type == frame_type::object_freed) && driver))
+          route_object_note(*c, f.type, f.body, out);
         // Queued under the lock: a part forwarded here cannot overtake the
         // parts another thread sent again to the same node, nor an abort.
         if (f.type == frame_type::part)
@@ -582,7 +585,9 @@ void head::route_task(const std::shared_ptr<connection>& driver, std::string&& b
   remote_task t = decode_task(body, /*with_args=*/false);  // a malformed task ends the driver's connection
   routed_task r = routed_from(driver, t);
   std::string why;
-  std::shared_ptr<connection> node = t.actor.empty() ? place(r, why) : actor_target(driver, t, r, why);
+  std::shared_ptr<connection> node = !t.actor.empty() ? actor_target(driver, t, r, why)
+                                     : !t.node.empty()  ? node_target(driver, t, r, why)
+                                                        : place(r, why);
   if (!node) {
     out.push_back({driver, frame_type::task_result, t.actor.empty() ? unplaced(t, why) : actor_refused(t, why)});
     return;
@@ -595,6 +600,7 @@ void head::route_task(const std::shared_ptr<connection>& driver, std::string&& b
   forward(kept, node, out);
   if (!kept.keep) out.push_back({node, frame_type::run_task, frame, true});
   if (!kept.actor.empty()) actor_forwarded(id, kept, frame);
+  else if (!t.node.empty()) forget_frames(kept);  // its node is lost: nobody needs it sent again
 }
 
 head::routed_task head::routed_from(const std::shared_ptr<connection>& driver, const remote_task& t) {
@@ -663,7 +669,9 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
       remote_task t = decode_task(bytes, /*with_args=*/false);  // the header comes whole in the first part
       routed_task r = routed_from(from, t);
       std::string why;
-      std::shared_ptr<connection> node = t.actor.empty() ? place(r, why) : actor_target(from, t, r, why);
+      std::shared_ptr<connection> node = !t.actor.empty() ? actor_target(from, t, r, why)
+                                         : !t.node.empty()  ? node_target(from, t, r, why)
+                                                            : place(r, why);
       if (!node) {
         out.push_back({from, frame_type::task_result, t.actor.empty() ? unplaced(t, why) : actor_refused(t, why)});
       } else {
@@ -677,6 +685,7 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
         forward(kept, node, out);
         if (!kept.keep) out.push_back({node, frame_type::part, part, true});
         if (!kept.actor.empty()) actor_forwarded(id, kept, nullptr);
+        else if (!t.node.empty()) forget_frames(kept);
       }
     } else if (h.type == frame_type::task_result && !from->driver) {
       const task_outcome o = decode_outcome_head(bytes, h.total);  // checked here: a driver gets no malformed one
@@ -794,6 +803,18 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
         out.push_back({node, frame_type::actor_end, std::make_shared<const std::string>(encode_actor_end({it->first, true}))});
       it = forget_actor(it);
     }
+    // Copies of its objects on nodes go with it.
+    const std::string prefix = c.node_id + "/";
+    for (auto it = directory_.begin(); it != directory_.end();) {
+      if (it->first.rfind(prefix, 0) != 0) {
+        ++it;
+        continue;
+      }
+      auto note = std::make_shared<const std::string>(encode_object_note({it->first, {}, "its driver left"}));
+      for (const auto& node : it->second)
+        if (auto n = connection_of(node, false)) out.push_back({n, frame_type::object_freed, note});
+      it = directory_.erase(it);
+    }
     return;
   }
   for (auto& n : nodes_)
@@ -803,6 +824,10 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
     }
   running_.erase(c.node_id);
   hosted_.erase(c.node_id);
+  for (auto it = directory_.begin(); it != directory_.end();) {
+    it->second.erase(c.node_id);
+    it = it->second.empty() ? directory_.erase(it) : std::next(it);
+  }
   for (auto it = routed_.begin(); it != routed_.end();) {
     auto following = std::next(it);
     routed_task& r = it->second;
@@ -978,6 +1003,57 @@ void head::end_actor(const connection& driver, std::string_view body, std::vecto
   forget_actor(it);
 }
 
+std::shared_ptr<head::connection> head::connection_of(const std::string& id, bool driver) const {
+  for (const auto& c : connections_)
+    if (c->node_id == id && c->driver == driver && !c->done) return c;
+  return nullptr;
+}
+
+std::shared_ptr<head::connection> head::node_target(const std::shared_ptr<connection>& driver, const remote_task& t,
+                                                    routed_task& r, std::string& why) {
+  r.retries_left = 0;  // it is for that node only
+  if (t.mode == mode_object && t.object.rfind(driver->node_id + "/", 0) != 0) {
+    why = "its object '" + t.object + "' is not one of " + driver->node_id + "'s";
+    return nullptr;
+  }
+  auto node = connection_of(t.node, false);
+  if (!node) {
+    why = "its node " + t.node + " is not in the cluster";
+    return nullptr;
+  }
+  if (t.mode == mode_object) directory_[t.object].insert(t.node);
+  return node;
+}
+
+void head::route_object_note(const connection& from, frame_type type, std::string_view body,
+                             std::vector<outgoing>& out) {
+  object_note note = decode_object_note(body);  // malformed: the connection ends
+  const std::string owner = note.object.substr(0, note.object.find('/'));
+  if (type == frame_type::fetch_object) {
+    note.node = from.node_id;  // (the asker is who the head says it is)
+    if (auto driver = connection_of(owner, true)) {
+      out.push_back({driver, type, std::make_shared<const std::string>(encode_object_note(note))});
+    } else {
+      note.why = "its driver " + owner + " left the cluster";
+      out.push_back({connection_of(from.node_id, false), frame_type::object_lost,
+                     std::make_shared<const std::string>(encode_object_note(note))});
+      if (!out.back().to) out.pop_back();
+    }
+    return;
+  }
+  if (owner != from.node_id) return;  // only its own driver speaks for an object
+  if (type == frame_type::object_lost) {
+    if (auto node = connection_of(note.node, false)) out.push_back({node, type, std::make_shared<const std::string>(body)});
+    return;
+  }
+  auto it = directory_.find(note.object);  // object_freed
+  if (it == directory_.end()) return;
+  auto freed = std::make_shared<const std::string>(body);
+  for (const auto& node : it->second)
+    if (auto n = connection_of(node, false)) out.push_back({n, type, freed});
+  directory_.erase(it);
+}
+
 void head::cancel_routed(const connection& driver, std::string_view body, std::vector<outgoing>& out) {
   std::uint64_t driver_id = 0;
   if (body.size() != sizeof driver_id) throw wire_error("manta bridge: a malformed cancel_task");
@@ -1035,7 +1111,9 @@ std::string head::nodes_json_locked() const {
               {"resources", n.info.resources},
               {"alive", n.alive},
               {"tasks_running", running == running_.end() ? 0 : running->second},
-              {"actors", hosted_.count(n.id) ? hosted_.at(n.id) : 0}};
+              {"actors", hosted_.count(n.id) ? hosted_.at(n.id) : 0},
+              {"objects", std::count_if(directory_.begin(), directory_.end(),
+                                        [&](const auto& o) { return o.second.count(n.id) != 0; })}};
     if (!n.alive) r["lost_why"] = n.lost_why;
     rows.push_back(std::move(r));
   }

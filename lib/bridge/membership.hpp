@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -166,6 +167,15 @@ class head {
   void actor_forwarded(std::uint64_t id, routed_task& r, const shared_body& body);
   /// A driver ended one of its actors (actor_end): its node hears of it (under mu_).
   void end_actor(const connection& driver, std::string_view body, std::vector<outgoing>& out);
+  /// The alive connection of member `id` (a driver's when `driver`), or empty (under mu_).
+  std::shared_ptr<connection> connection_of(const std::string& id, bool driver) const;
+  /// Where a task sent to one node (remote_task::node) goes (under mu_); an
+  /// object's value also enters the object directory.
+  std::shared_ptr<connection> node_target(const std::shared_ptr<connection>& driver, const remote_task& t,
+                                          routed_task& r, std::string& why);
+  /// A node asks for an object (fetch_object), a driver cannot send one
+  /// (object_lost) or freed one (object_freed): passed on (under mu_).
+  void route_object_note(const connection& from, frame_type type, std::string_view body, std::vector<outgoing>& out);
   /// A driver cancelled a task it sent (cancel_task): its node hears of it (under mu_).
   void cancel_routed(const connection& driver, std::string_view body, std::vector<outgoing>& out);
   /// The actors on lost node `c` start again elsewhere, or are gone (under mu_).
@@ -201,6 +211,9 @@ class head {
   std::map<std::string, int> running_;           ///< tasks forwarded to each node, not back yet
   std::map<std::string, placed_actor> actors_;   ///< by key: every driver's actors in the cluster
   std::map<std::string, int> hosted_;            ///< actors living on each node (they count as its load)
+  /// The object directory: for each driver's object sent to nodes, the nodes
+  /// holding a copy (told when the driver frees it, or leaves).
+  std::map<std::string, std::set<std::string>> directory_;
   std::uint64_t next_task_ = 0;
   std::uint64_t kept_bytes_ = 0;  ///< of every routed task's frames
   mutable std::uint64_t table_version_ = 0;

@@ -72,6 +72,9 @@ std::string encode_task_head(const remote_task& t) {
     h["max_task_retries"] = t.max_task_retries;
     h["max_concurrency"] = t.max_concurrency;
   }
+  if (!t.objects.empty()) h["objects"] = t.objects;
+  if (!t.node.empty()) h["node"] = t.node;
+  if (!t.object.empty()) h["object"] = t.object;
   return head_bytes(t.id, h);
 }
 
@@ -98,6 +101,9 @@ remote_task decode_task_header(const parts& p) {
     t.max_restarts = h.value("max_restarts", 0);
     t.max_task_retries = h.value("max_task_retries", 0);
     t.max_concurrency = h.value("max_concurrency", 1);
+    t.objects = h.value("objects", std::vector<std::string>());
+    t.node = h.value("node", std::string());
+    t.object = h.value("object", std::string());
   } catch (const json::exception& e) {
     throw wire_error(std::string("manta bridge: a malformed task: ") + e.what());
   }
@@ -233,6 +239,20 @@ void set_id(std::string& body, std::uint64_t id) {
 
 std::string encode_actor_end(const actor_end& e) {
   return json{{"actor", e.actor}, {"kill", e.kill}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string encode_object_note(const object_note& n) {
+  return json{{"object", n.object}, {"node", n.node}, {"why", n.why}}.dump(-1, ' ', false,
+                                                                           json::error_handler_t::replace);
+}
+
+object_note decode_object_note(std::string_view body) {
+  try {
+    const json j = json::parse(body);
+    return {j.at("object").get<std::string>(), j.at("node").get<std::string>(), j.at("why").get<std::string>()};
+  } catch (const json::exception& e) {
+    throw wire_error(std::string("manta bridge: a malformed object note: ") + e.what());
+  }
 }
 
 actor_end decode_actor_end(std::string_view body) {

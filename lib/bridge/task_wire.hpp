@@ -35,8 +35,30 @@ struct remote_task {
   int max_restarts = 0;      ///< a constructor's: restarts on its node, and elsewhere when its node is lost
   int max_task_retries = 0;  ///< a constructor's: calls retried after a restart on its node
   int max_concurrency = 1;   ///< a constructor's
-  std::string args;  ///< the argument blob, values only
+  /// The stored objects its `ref` arguments name (the blob's index into this):
+  /// their keys in the cluster ("<driver id>/<object id>"). The node fetches
+  /// each from the driver once and keeps it until the driver frees it.
+  std::vector<std::string> objects;
+  /// Set on a value sent to one node (mode_object): the node it goes to, and
+  /// the object's key; its one argument is the value.
+  std::string node, object;
+  std::string args;  ///< the argument blob: values, and refs into `objects`
 };
+
+/// remote_task::mode of an object's value on its way to a node that asked for it.
+inline constexpr std::uint8_t mode_object = 5;
+
+/// An object's key and the node it concerns: a node asking for an object
+/// (fetch_object), an object that cannot be sent (object_lost, with why), an
+/// object freed by its driver (object_freed).
+struct object_note {
+  std::string object;
+  std::string node;
+  std::string why;
+};
+std::string encode_object_note(const object_note& n);
+/// @throws wire_error if the body is malformed
+object_note decode_object_note(std::string_view body);
 
 /// A failure as it crosses the cluster (ipc::error_info, field for field).
 struct remote_error {

@@ -47,6 +47,9 @@ enum class frame_type : std::uint16_t {
   part = 15,            ///< either way: a piece of a long frame (part_header, then the bytes)
   actor_end = 16,       ///< driver -> head -> node: an actor's handles are gone, or it is killed (JSON)
   cancel_task = 17,     ///< driver -> head -> node: cancel a task sent before (its 8-byte number)
+  fetch_object = 18,    ///< node -> head -> driver: send me this object (object_note)
+  object_lost = 19,     ///< driver or head -> node: that object cannot be sent (object_note)
+  object_freed = 20,    ///< driver -> head -> nodes holding it: drop your copy (object_note)
 };
 
 /// A malformed or oversized frame: the connection it came on is closed.

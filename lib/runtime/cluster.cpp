@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -174,6 +175,10 @@ void cluster_driver::cancel(std::uint64_t id) {
   send_control(bridge::frame_type::cancel_task, std::string(reinterpret_cast<const char*>(&id), sizeof id));
 }
 
+void cluster_driver::object_freed(const std::string& key) {
+  send_control(bridge::frame_type::object_freed, bridge::encode_object_note({key, {}, {}}));
+}
+
 void cluster_driver::send_control(bridge::frame_type type, std::string body) {
   bool was_empty = false;
   {
@@ -283,7 +288,8 @@ void cluster_driver::apply_loop() {
       rt_.cluster_lost(in.why);
       return;  // nothing comes after the end
     }
-    rt_.remote_finished(std::move(in.outcome));
+    if (in.fetch) rt_.send_object(*in.fetch);
+    else rt_.remote_finished(std::move(in.outcome));
   }
 }
 
@@ -297,6 +303,16 @@ void cluster_driver::on_frame(bridge::frame&& f) {
       inbound_.push_back({false, {}, std::move(o)});
     }
     if (was_empty) cv_.notify_all();  // (the applier sleeps only on an empty queue)
+  } else if (f.type == bridge::frame_type::fetch_object) {
+    inbound in;
+    in.fetch = bridge::decode_object_note(f.body);  // malformed: throws, and the link ends
+    bool was_empty;
+    {
+      std::lock_guard lock(mu_);
+      was_empty = inbound_.empty();
+      inbound_.push_back(std::move(in));
+    }
+    if (was_empty) cv_.notify_all();
   } else if (f.type == bridge::frame_type::cluster_update) {
     std::vector<manta::node_info> table;
     std::uint64_t version = 0;
@@ -348,10 +364,18 @@ struct job {
 /// The actors drivers started on this node, by key (remote_task::actor): one
 /// handle each, given back when the driver ends the actor.
 using actor_table = std::map<std::string, detail::ref_node*>;
+/// Copies of drivers' objects that tasks here named, by key: one count each,
+/// given back when the driver frees the object (or leaves).
+using object_table = std::map<std::string, detail::ref_node*>;
+
+/// Whether every object `t` names is here.
+bool has_objects(const bridge::remote_task& t, const object_table& objects) {
+  return std::all_of(t.objects.begin(), t.objects.end(), [&](const std::string& k) { return objects.count(k) != 0; });
+}
 
 /// Submits `t` to this node's runtime; an actor's constructor goes into
 /// `actors` and leaves the job without results. @throws what submission throws
-job start(node_runtime& rt, const bridge::remote_task& t, actor_table& actors) {
+job start(node_runtime& rt, const bridge::remote_task& t, actor_table& actors, const object_table& objects) {
   using detail::call_mode;
   if (t.mode > static_cast<std::uint8_t>(call_mode::method))
     throw usage_error("manta: task '" + t.name + "' came with a call mode a node does not run");
@@ -395,8 +419,12 @@ job start(node_runtime& rt, const bridge::remote_task& t, actor_table& actors) {
   }
   detail::arg_writer writer(r);  // large values go into this node's arena first
   process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
-    if (a.kind != process::arg_kind::value)
-      throw usage_error("manta: task '" + t.name + "' came with an argument not resolved to a value");
+    if (a.kind == process::arg_kind::ref) {  // an object fetched before (has_objects)
+      auto it = a.size_or_index < t.objects.size() ? objects.find(t.objects[a.size_or_index]) : objects.end();
+      if (it == objects.end()) throw usage_error("manta: task '" + t.name + "' names an object this node does not hold");
+      writer.ref(it->second, a.tag);
+      return;
+    }
     detail::encoded_value v;
     v.type_tag = a.tag;
     v.borrowed = a.bytes;
@@ -410,6 +438,20 @@ job start(node_runtime& rt, const bridge::remote_task& t, actor_table& actors) {
     j.returns.clear();
   }
   return j;
+}
+
+/// Keeps the value an object frame carries (mode_object) as `t.object`.
+/// @throws what putting it throws (the arena is full)
+void keep_object(node_runtime& rt, object_table& objects, const bridge::remote_task& t) {
+  if (objects.count(t.object) || t.arg_count != 1) return;
+  detail::encoded_value v;
+  process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
+    if (a.kind != process::arg_kind::value) throw usage_error("manta: object " + t.object + " came as a ref");
+    v.type_tag = a.tag;
+    v.borrowed = a.bytes;
+    v.size = a.size_or_index;
+  });
+  objects.emplace(t.object, rt.put(v));
 }
 
 /// A driver ended one of its actors here: its handle goes (it ends once its
@@ -472,6 +514,8 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     bridge::remote_task task;
     std::optional<bridge::actor_end> end;
     std::optional<std::uint64_t> cancel;  ///< the number of a task sent before
+    std::optional<bridge::object_note> note;  ///< an object lost or freed (`note_type`)
+    bridge::frame_type note_type{};
   };
   std::deque<arrival> inbox;  ///< from the head, not submitted yet
   std::string ended;
@@ -495,6 +539,8 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         else if (f.type == bridge::frame_type::actor_end) a.end = bridge::decode_actor_end(f.body);
         else if (f.type == bridge::frame_type::cancel_task && f.body.size() == sizeof(std::uint64_t))
           std::memcpy(&a.cancel.emplace(), f.body.data(), sizeof(std::uint64_t));
+        else if (f.type == bridge::frame_type::object_lost || f.type == bridge::frame_type::object_freed)
+          a.note = bridge::decode_object_note(f.body), a.note_type = f.type;
         else return;
         std::lock_guard lock(mu);
         inbox.push_back(std::move(a));
@@ -553,9 +599,72 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   const std::size_t in_runtime = std::max<std::size_t>(64, 32 * rt.worker_count());
   std::deque<arrival> waiting;
   actor_table actors;
+  // Tasks waiting for objects to arrive from their drivers (in arrival order),
+  // the objects asked for, and the actors with a call among them (their later
+  // calls wait behind it, so calls still run in order).
+  object_table objects;
+  std::deque<bridge::remote_task> parked;
+  std::set<std::string> requested, parked_actors;
+  bool lost = false;
+  // A task that failed because this node's processes are gone is not answered:
+  // the node leaves, and the head runs it elsewhere.
+  auto runtime_lost = [](const bridge::task_outcome& o) {
+    return !o.ok && o.error.kind == static_cast<std::uint8_t>(ipc::error_kind::node_died);
+  };
+  auto submit_one = [&](const bridge::remote_task& t) {
+    try {
+      job j = start(rt, t, actors, objects);
+      if (j.returns.empty()) answer({t.id, true, {}, {}, {}});  // an actor started: its calls may come
+      else running.push_back(std::move(j));
+    } catch (const std::exception&) {
+      auto o = failed_outcome(t.id, ipc::error_from_exception(std::current_exception(), t.name, ::getpid()));
+      if (runtime_lost(o)) lost = true;
+      else answer(std::move(o));
+    }
+  };
+  auto park = [&](bridge::remote_task&& t) {
+    for (const auto& key : t.objects) {
+      if (objects.count(key) || !requested.insert(key).second) continue;
+      try {
+        link.send(bridge::frame_type::fetch_object, bridge::encode_object_note({key, {}, {}}));
+      } catch (const std::exception&) {  // the link broke: its callback says why
+      }
+    }
+    if (!t.actor.empty()) parked_actors.insert(t.actor);
+    parked.push_back(std::move(t));
+  };
+  // Submits the parked tasks whose objects are all here, in order.
+  auto unpark = [&] {
+    std::deque<bridge::remote_task> still;
+    std::vector<bridge::remote_task> go;
+    std::set<std::string> blocked;
+    for (auto& t : parked) {
+      if (!has_objects(t, objects) || (!t.actor.empty() && blocked.count(t.actor))) {
+        if (!t.actor.empty()) blocked.insert(t.actor);
+        still.push_back(std::move(t));
+      } else {
+        go.push_back(std::move(t));
+      }
+    }
+    parked = std::move(still);
+    parked_actors = std::move(blocked);
+    for (const auto& t : go) submit_one(t);
+  };
+  // An object cannot come: the parked tasks that need it fail.
+  auto object_lost = [&](const std::string& key, const std::string& why) {
+    requested.erase(key);
+    std::erase_if(parked, [&](const bridge::remote_task& t) {
+      if (std::find(t.objects.begin(), t.objects.end(), key) == t.objects.end()) return false;
+      answer(failed_outcome(t.id, {ipc::error_kind::node_died, "manta::node_died_error",
+                                   "manta: task '" + t.name + "' needs object " + key + ", which could not be fetched: " + why,
+                                   t.name, {}, ::getpid(), 0, {}}));
+      return true;
+    });
+  };
   for (;;) {
     std::deque<arrival> arrived;
     std::vector<std::uint64_t> cancels;
+    std::vector<arrival> about_objects;  // values and notes: handled at once, not behind the tasks that wait
     {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return done || !inbox.empty() || !running.empty() || !waiting.empty(); });
@@ -565,19 +674,53 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       }
       for (auto& a : inbox) {
         if (a.cancel) cancels.push_back(*a.cancel);  // at once: not behind the tasks that wait
+        else if (a.note || (!a.end && a.task.mode == bridge::mode_object)) about_objects.push_back(std::move(a));
         else waiting.push_back(std::move(a));
       }
       inbox.clear();
+    }
+    lost = false;
+    if (!about_objects.empty()) {
+      process::context_use use;
+      for (auto& a : about_objects) {
+        if (a.note && a.note_type == bridge::frame_type::object_freed) {
+          if (auto it = objects.find(a.note->object); it != objects.end()) {
+            detail::release(it->second);
+            objects.erase(it);
+          }
+        } else if (a.note) {
+          object_lost(a.note->object, a.note->why);
+        } else {
+          try {
+            keep_object(rt, objects, a.task);
+            requested.erase(a.task.object);
+          } catch (const std::exception& e) {
+            object_lost(a.task.object, std::string("this node could not keep it: ") + e.what());
+          }
+          answer({a.task.id, true, {}, {}, {}});  // (nobody waits for it: the head drops its route)
+        }
+      }
+      unpark();
     }
     for (std::uint64_t id : cancels) {
       // Not submitted yet: dropped; submitted: cancelled in this runtime (a
       // queued actor call is dropped, a running task's worker killed); its
       // outcome goes back as any other. Done already: nothing to do.
+      auto cancelled = [&] {
+        answer(failed_outcome(id, {ipc::error_kind::cancelled, "manta::task_cancelled_error", "manta: task was cancelled",
+                                   {}, {}, ::getpid(), 0, {}}));
+      };
       auto queued = std::find_if(waiting.begin(), waiting.end(), [&](const arrival& a) { return !a.end && a.task.id == id; });
       if (queued != waiting.end()) {
         waiting.erase(queued);
-        answer(failed_outcome(id, {ipc::error_kind::cancelled, "manta::task_cancelled_error", "manta: task was cancelled",
-                                   {}, {}, ::getpid(), 0, {}}));
+        cancelled();
+        continue;
+      }
+      auto waits = std::find_if(parked.begin(), parked.end(), [&](const bridge::remote_task& t) { return t.id == id; });
+      if (waits != parked.end()) {
+        parked.erase(waits);
+        cancelled();
+        unpark();  // (the calls of its actor behind it may go)
         continue;
       }
       auto it = std::find_if(running.begin(), running.end(), [&](const job& j) { return j.id == id; });
@@ -596,27 +739,15 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       why = "this node's runtime was lost: " + rt.lost_why();
       break;
     }
-    // A task that failed because this node's processes are gone is not answered:
-    // the node leaves, and the head runs it elsewhere.
-    auto runtime_lost = [](const bridge::task_outcome& o) {
-      return !o.ok && o.error.kind == static_cast<std::uint8_t>(ipc::error_kind::node_died);
-    };
     process::context_use use;
-    bool lost = false;
-    for (auto& [t, end, cancel] : arrived) {
-      if (end) {
-        end_actor(rt, actors, *end);
+    for (auto& a : arrived) {
+      if (a.end) {
+        end_actor(rt, actors, *a.end);
         continue;
       }
-      try {
-        job j = start(rt, t, actors);
-        if (j.returns.empty()) answer({t.id, true, {}, {}, {}});  // an actor started: its calls may come
-        else running.push_back(std::move(j));
-      } catch (const std::exception&) {
-        auto o = failed_outcome(t.id, ipc::error_from_exception(std::current_exception(), t.name, ::getpid()));
-        if (runtime_lost(o)) lost = true;
-        else answer(std::move(o));
-      }
+      bridge::remote_task& t = a.task;
+      if (!has_objects(t, objects) || (!t.actor.empty() && parked_actors.count(t.actor))) park(std::move(t));
+      else submit_one(t);
     }
     auto sealed = [](const job& j) {
       return std::all_of(j.returns.begin(), j.returns.end(),
@@ -648,6 +779,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   for (auto& j : running)
     for (auto* n : j.returns) detail::release(n);
   for (auto& [key, handle] : actors) detail::release(handle);
+  for (auto& [key, object] : objects) detail::release(object);
   return why;
 }
 

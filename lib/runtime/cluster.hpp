@@ -70,6 +70,10 @@ class cluster_driver {
   void end_actor(const std::string& key, bool kill);
   /// Queues the cancellation of task `id`, sent before; never blocks.
   void cancel(std::uint64_t id);
+  /// Queues the news that object `key`, which nodes may hold copies of, was freed.
+  void object_freed(const std::string& key);
+  /// Queues a control frame behind the tasks queued before it; never blocks.
+  void send_control(bridge::frame_type type, std::string body);
   /// This driver's id in the cluster ("driver-N"): its actors' keys start with it.
   const std::string& id() const noexcept { return link_->node_id(); }
   /// The nodes of the cluster, as the head last described them.
@@ -98,8 +102,7 @@ class cluster_driver {
     bridge::frame_type control = bridge::frame_type::actor_end;
     std::string control_body;
   };
-  /// Queues a control frame behind the tasks queued before it; never blocks.
-  void send_control(bridge::frame_type type, std::string body);
+
   std::deque<outgoing> queue_;
   /// Gives back what `q` holds (with mu_ not held: a release may take the runtime's locks).
   void give_back(std::deque<outgoing>& q) noexcept;
@@ -110,6 +113,7 @@ class cluster_driver {
     bool end = false;
     std::string why;  ///< the end's
     bridge::task_outcome outcome;
+    std::optional<bridge::object_note> fetch;  ///< instead of an outcome: a node asks for an object
   };
   std::deque<inbound> inbound_;  // under mu_
   bool stopping_ = false;

@@ -46,6 +46,7 @@ struct object_entry final : detail::ref_node, pool_allocated {
   std::uint64_t type_tag = 0;
   std::uint64_t size = 0;
   bool large = false;  ///< its bytes live in the arena (or the spill file), not inline
+  bool on_nodes = false;  ///< a remote task named it: nodes of the cluster may keep copies
   std::string inline_bytes;
   ipc::failure_ptr error;  ///< set when it failed
   std::vector<detail::ref_node*> contained;  ///< counted refs serialised inside

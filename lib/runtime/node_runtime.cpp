@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -369,6 +371,59 @@ std::vector<manta::node_info> node_runtime::cluster_nodes() {
   return cluster_ ? cluster_->nodes() : std::vector<manta::node_info>{};
 }
 
+namespace {
+/// Stored arguments at least this long go to a node by reference, fetched
+/// once per node; shorter ones travel inside each task.
+constexpr std::uint64_t by_reference = 1u << 20;
+
+/// An object's key in the cluster: its driver's id, then its id.
+std::string object_key(const std::string& driver, const object_id& id) {
+  char text[48];
+  std::snprintf(text, sizeof text, "/%016llx%016llx", static_cast<unsigned long long>(id.hi),
+                static_cast<unsigned long long>(id.lo));
+  return driver + text;
+}
+
+/// The id in a key this driver made, if it is one.
+std::optional<object_id> id_of_key(const std::string& key, const std::string& driver) {
+  if (key.size() != driver.size() + 33 || key.compare(0, driver.size(), driver) != 0 || key[driver.size()] != '/')
+    return std::nullopt;
+  object_id id;
+  auto hex = [&](std::size_t at, std::uint64_t& v) {
+    const char* first = key.data() + at;
+    return std::from_chars(first, first + 16, v, 16).ptr == first + 16;
+  };
+  if (!hex(driver.size() + 1, id.hi) || !hex(driver.size() + 17, id.lo)) return std::nullopt;
+  return id;
+}
+}  // namespace
+
+void node_runtime::send_object(const bridge::object_note& ask) {
+  process::context_use use;  // as in remote_finished
+  scheduler_lock lock(*this);
+  if (!cluster_) return;
+  auto lost = [&](const std::string& why) {
+    cluster_->send_control(bridge::frame_type::object_lost, bridge::encode_object_note({ask.object, ask.node, why}));
+  };
+  const std::optional<object_id> id = id_of_key(ask.object, cluster_->id());
+  object_entry* e = id ? dir_->find(*id) : nullptr;
+  if (!e) return lost("it was freed");
+  if (e->status() != state_ready) return lost("it is not a sealed value");
+  bridge::remote_task out;
+  out.name = "object " + ask.object;
+  out.mode = bridge::mode_object;
+  out.arg_count = 1;
+  out.node = ask.node;
+  out.object = ask.object;
+  process::append_arg_header(out.args, process::arg_kind::value, e->type_tag, static_cast<std::uint32_t>(e->size));
+  std::vector<cluster_driver::held_argument> held;
+  held.reserve(1);  // (no allocation between a pin and its record)
+  store_->pin(e);  // back from the spill file, if it is there
+  detail::acquire(e);
+  held.push_back({out.args.size(), {reinterpret_cast<const char*>(e->data()), e->size}, e});
+  cluster_->send(std::move(out), std::move(held));  // (gives them back itself if it cannot go)
+}
+
 std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   auto refuse = [&](ipc::error_kind kind, const char* type, std::string message) {
     return ipc::error_info{kind, type, std::move(message), t.name(), {}, 0, 0, {}};
@@ -427,6 +482,13 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
         return;
       }
       object_entry* e = t.deps[a.size_or_index];
+      if (e->large && e->size >= by_reference) {
+        // By its key: the node fetches it once (on_nodes: it hears when it is freed).
+        e->on_nodes = true;
+        process::append_arg_header(out.args, process::arg_kind::ref, a.tag, static_cast<std::uint32_t>(out.objects.size()));
+        out.objects.push_back(object_key(cluster_->id(), e->id));
+        return;
+      }
       process::append_arg_header(out.args, process::arg_kind::value, e->type_tag, static_cast<std::uint32_t>(e->size));
       store_->pin(e);  // back from the spill file, if it is there
       detail::acquire(e);
@@ -669,6 +731,10 @@ detail::ref_node* node_runtime::ref_from_id(const object_id& id) {
 void node_runtime::release(detail::ref_node* n) noexcept {
   auto* e = static_cast<object_entry*>(n);
   if (!dir_->erase_if_unused(e)) return;
+  if (e->on_nodes) {  // nodes may hold copies: the head tells them (from under the scheduler's lock)
+    freed_remote_.push(e->id);
+    wake_io();
+  }
   if (e->actor) {
     // The last handle is gone: the actor stops once the scheduler gets to it
     // (this may run on any thread, with or without the scheduler mutex, so the
@@ -760,11 +826,13 @@ void node_runtime::register_submissions() {
 }
 
 void node_runtime::take_submissions() {
-  while (!submissions_.empty() || !retired_.empty()) {
+  while (!submissions_.empty() || !retired_.empty() || !freed_remote_.empty()) {
     std::unique_lock lock(mu_, std::try_to_lock);
     if (!lock) return;  // the holder takes them when it lets go
     register_submissions();
     for (actor_record* a = nullptr; retired_.try_pop(a);) sched_->retire(a);
+    for (object_id id; freed_remote_.try_pop(id);)
+      if (cluster_) cluster_->object_freed(object_key(cluster_->id(), id));
   }
 }
 

@@ -106,6 +106,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void remote_finished(bridge::task_outcome&& o);
   /// The cluster is gone: every remote task in flight fails with node_died_error.
   void cluster_lost(const std::string& why);
+  /// A node asks for an object a remote task named (from the cluster's applier
+  /// thread): its value goes to that node from the arena, or object_lost.
+  void send_object(const bridge::object_note& ask);
   std::vector<manta::node_info> cluster_nodes() override;
 
  private:
@@ -230,6 +233,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::atomic<std::int64_t> user_pins_{0};
   alignas(64) tbb::concurrent_queue<task_spec*> submissions_;  ///< from user threads, not yet registered (owned)
   tbb::concurrent_queue<actor_record*> retired_;   ///< actors whose last handle went, to stop
+  /// Objects nodes of the cluster hold copies of, freed here: the head tells those nodes.
+  tbb::concurrent_queue<object_id> freed_remote_;
 
   std::mutex mu_;       // the scheduler
   std::mutex poll_mu_;  // the poll role: inboxes, the zygote socket's replies
