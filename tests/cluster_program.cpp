@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include <manta/detail/introspect.hpp>
 #include <manta/manta.hpp>
 
 namespace {
@@ -85,6 +86,7 @@ struct Counter {
   int slow_host(int ms) const { return slow_where(ms); }
   int nap(int ms) const { return nap_where(ms); }
   int absorb(std::span<const double> xs) { return value += static_cast<int>(xs.size()); }
+  int count_refs(std::vector<manta::object_ref<int>> refs) const { return static_cast<int>(refs.size()); }
   int value;
 };
 
@@ -103,7 +105,7 @@ int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.tas
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
              bytes_of, add_through, marked_nap);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
-            &Counter::absorb);
+            &Counter::absorb, &Counter::count_refs);
 
 namespace {
 
@@ -233,6 +235,29 @@ void launched(std::size_t nodes) {
   check(node != ::getpid(), "a task needing 'special' ran on another rank (pid " + std::to_string(node) + ")");
 }
 
+/// Bytes waiting unread in the TCP sockets of process `pid` (its link to the head).
+std::size_t tcp_bytes_unread(int pid) {
+  std::set<std::string> mine;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (target.rfind("socket:[", 0) == 0) mine.insert(target.substr(8, target.size() - 9));
+  }
+  std::size_t unread = 0;
+  for (const char* table : {"/net/tcp", "/net/tcp6"}) {
+    std::ifstream in("/proc/" + std::to_string(pid) + table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream row(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      row >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+      if (mine.count(inode)) unread += std::stoul(queues.substr(queues.find(':') + 1), nullptr, 16);
+    }
+  }
+  return unread;
+}
+
 /// Actors that only another node can hold live there: calls in order, stored
 /// and long arguments, names, handles passed to tasks, kill, failures.
 void actors() {
@@ -280,13 +305,37 @@ void actors() {
     check(true, std::string("an actor no node can hold is refused: ") + e.what());
   }
   check(manta::get(c.task(&Counter::add).remote(1)) == 316, "the first actor still counts");
+  try {
+    manta::get(c.task(&Counter::count_refs).remote(std::vector<manta::object_ref<int>>{manta::put(1)}),
+               std::chrono::seconds(30));
+    check(false, "a call whose argument holds refs is refused");
+  } catch (const manta::usage_error& e) {
+    check(std::string(e.what()).find("cannot travel") != std::string::npos,
+          std::string("a call whose argument holds refs is refused: ") + e.what());
+  }
 
-  // Cancelled calls and tasks are cancelled on their node too.
+  // Cancelled calls and tasks are cancelled on their node too. A call is
+  // dropped there only until the node sends it to its actor's process: the
+  // node is frozen meanwhile, so it reads the call and its cancellation at once.
   auto busy = c.task(&Counter::nap).remote(300);
+  ::kill(host, SIGSTOP);
+  const std::size_t unread = tcp_bytes_unread(host);
   auto dropped = c.task(&Counter::add).remote(1000);
   manta::cancel(dropped);
+  // Both wait in the frozen node's socket (the call's frame, then the 14-byte cancel) before it thaws.
+  std::size_t seen = 0, steady = 0;
+  wait_for(
+      [&] {
+        const std::size_t now = tcp_bytes_unread(host);
+        steady = now == seen ? steady + 1 : 0;
+        seen = now;
+        return now >= unread + 100 && steady >= 5;
+      },
+      std::chrono::seconds(10));
+  ::kill(host, SIGCONT);
   manta::get(busy);
-  check(manta::get(c.task(&Counter::add).remote(1)) == 317, "a cancelled call queued on its node never ran");
+  const int after_cancel = manta::get(c.task(&Counter::add).remote(1));
+  check(after_cancel == 317, "a cancelled call queued on its node never ran (" + std::to_string(after_cancel) + ")");
   auto long_task = manta::task(marked_nap).resources(on_special).remote(60'000);
   int worker = 0;
   wait_for(
@@ -302,9 +351,9 @@ void actors() {
   check(manta::get(manta::task(add_one).resources(on_special).remote(1)) == 2, "and the node goes on");
 }
 
-/// The copies of stored objects the head's directory lists on each node
-/// (`manta status --json`), by node id.
-std::map<std::string, int> objects_on_nodes() {
+/// A count the head's table gives each node (`manta status --json`): "objects"
+/// (copies of stored objects), "actors", by node id.
+std::map<std::string, int> objects_on_nodes(const std::string& field = "objects") {
   std::map<std::string, int> out;
   const std::string cmd = std::string(std::getenv("CLUSTER_CLI")) + " status --json --log-dir " +
                           std::getenv("CLUSTER_DIR") + " 2>&1";
@@ -313,16 +362,34 @@ std::map<std::string, int> objects_on_nodes() {
   char buf[4096];
   for (std::size_t n; p && (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
   if (p) ::pclose(p);
-  // Each node's row: "id": "...", then later "objects": N (keys are sorted).
+  // Each node's row: "actors", "address", ..., "id", ..., "objects", "pid" (keys sorted).
+  const std::string key = "\"" + field + "\": ";
   for (std::size_t at = 0; (at = text.find("\"id\": \"", at)) != std::string::npos;) {
     const std::size_t from = at + 7, to = text.find('"', from);
-    const std::size_t count = text.find("\"objects\": ", at);
-    const std::size_t next = text.find("\"id\": \"", to);
-    if (count != std::string::npos && (next == std::string::npos || count < next))
-      out[text.substr(from, to - from)] = std::atoi(text.c_str() + count + 11);
+    const std::size_t row = text.rfind('{', at), end = text.find('}', at);
+    const std::size_t count = text.find(key, row);
+    if (count != std::string::npos && count < end) out[text.substr(from, to - from)] = std::atoi(text.c_str() + count + key.size());
     at = to;
   }
   return out;
+}
+
+/// The actors the head lists on the node whose pid is `pid`.
+int actors_on_pid(int pid) {
+  const std::string cmd = std::string(std::getenv("CLUSTER_CLI")) + " status --log-dir " + std::getenv("CLUSTER_DIR") +
+                          " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  int found = -1;
+  char line[1024];
+  while (p && std::fgets(line, sizeof line, p)) {
+    char id[64], address[64], host[64], alive[8];
+    int node_pid = 0, tasks = 0, actors = 0;
+    if (std::sscanf(line, "%63s %63s %63s %d %7s %d %d", id, address, host, &node_pid, alive, &tasks, &actors) == 7 &&
+        node_pid == pid)
+      found = actors;
+  }
+  if (p) ::pclose(p);
+  return found;
 }
 
 int total(const std::map<std::string, int>& counts) {
@@ -400,6 +467,61 @@ void actor_lost() {
           std::string("an actor without restarts on the killed node is gone: ") + e.what());
   }
   check(manta::get(other.task(&Counter::add).remote(1)) == 8, "an actor on the other node lives on");
+}
+
+/// Tasks go to the node whose resources an actor does not hold for life.
+void actor_holds() {
+  auto holder = manta::actor<Counter>().resources({{"special", 2}}).remote(0);
+  const int held_at = manta::get(holder.task(&Counter::host).remote());
+  std::vector<manta::object_ref<int>> refs;
+  for (int i = 0; i < 4; ++i) refs.push_back(manta::task(nap_where).resources({{"special", 2}}).remote(100));
+  bool elsewhere = true;
+  for (int w : manta::get(refs, std::chrono::seconds(30))) elsewhere = elsewhere && w != held_at;
+  check(elsewhere, "4 tasks asking what an actor holds on one node all ran on the other");
+}
+
+/// Calls queued on slow actors do not hold up plain tasks on their nodes.
+void actor_backlog() {
+  std::vector<manta::actor_handle<Counter>> slow;
+  std::vector<manta::object_ref<int>> naps;
+  for (int a = 0; a < 2; ++a) {  // one on each node
+    slow.push_back(manta::actor<Counter>().resources({{"special", 0.5}}).remote(0));
+    for (int i = 0; i < 80; ++i) naps.push_back(slow.back().task(&Counter::nap).remote(150));
+  }
+  // 80 calls of 150 ms queue 12 s on each node, past the node's 64 tasks in its runtime.
+  auto quick = manta::task(add_one).resources({{"special", 1}}).remote(1);
+  check(manta::get(quick, std::chrono::seconds(8)) == 2, "a plain task runs at once beside 80 queued actor calls");
+}
+
+/// An actor started again on a node that is lost before it answered: its
+/// driver hears (the actor is dead), and nothing of it is left behind.
+void actor_restart_lost() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  auto x = manta::actor<Counter>().resources(on_special).remote(0);
+  const int p = manta::get(x.task(&Counter::host).remote());
+  const int q = manta::get(manta::task(where).resources(on_special).remote());
+  check(p != q, "x lives on one node, a task ran on the other");
+  const std::size_t before = manta::detail::object_count();
+  ::kill(q, SIGSTOP);
+  {
+    auto y = manta::actor<Counter>().resources(on_special).max_restarts(1).remote(5);
+    // The head places y on the node without an actor (q, frozen): wait until it lists it there.
+    check(wait_for([&] { return actors_on_pid(q) == 1; },
+                   std::chrono::seconds(20)),
+          "y was placed on the frozen node");
+    ::kill(p, SIGSTOP);
+    ::kill(q, SIGKILL);  // y starts again on p, frozen too: lost by heartbeat before it answers
+    try {
+      manta::get(y.task(&Counter::add).remote(1), std::chrono::seconds(30));
+      check(false, "a call on y fails");
+    } catch (const manta::actor_died_error& e) {
+      check(true, std::string("a call on y fails: ") + e.what());
+    }
+  }
+  check(wait_for([&] { return manta::detail::object_count() == before; }, std::chrono::seconds(20)),
+        "y's handle gone, nothing of it is left in the driver (" + std::to_string(manta::detail::object_count()) +
+            " objects, " + std::to_string(before) + " before)");
+  ::kill(p, SIGKILL);
 }
 
 /// The pid of `parent`'s child named `comm` (0 if none).
@@ -527,6 +649,8 @@ void after_abort() {
 }
 
 void head_lost() {
+  auto far = manta::actor<Counter>().resources({{"special", 1}}).remote(0);
+  check(manta::get(far.task(&Counter::add).remote(1)) == 1, "an actor lives on the node");
   auto ref = manta::task(slow_where).resources({{"special", 1}}).remote(5000);
   check(first_mark() > 0, "the task started on a node");
   ::kill(std::atoi(std::getenv("CLUSTER_HEAD_PID")), SIGKILL);
@@ -544,6 +668,13 @@ void head_lost() {
           std::string("later remote tasks are refused: ") + e.what());
   }
   check(manta::get(manta::task(add_one).remote(1)) == 2, "local tasks still run");
+  try {
+    manta::get(far.task(&Counter::add).remote(1), std::chrono::seconds(30));
+    check(false, "a call on an actor that lived on the cluster fails");
+  } catch (const manta::actor_died_error& e) {
+    check(std::string(e.what()).find("gone with the cluster") != std::string::npos,
+          std::string("a call on an actor that lived on the cluster fails: ") + e.what());
+  }
 }
 
 }  // namespace
@@ -587,6 +718,9 @@ int main(int argc, char** argv) {
   else if (scenario == "actors") actors();
   else if (scenario == "actor_lost") actor_lost();
   else if (scenario == "objects") objects();
+  else if (scenario == "actor_holds") actor_holds();
+  else if (scenario == "actor_backlog") actor_backlog();
+  else if (scenario == "actor_restart_lost") actor_restart_lost();
   else return 2;
   manta::shutdown();
   return failures == 0 ? 0 : 1;

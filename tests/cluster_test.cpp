@@ -217,6 +217,18 @@ TEST_F(cluster, an_actor_on_a_killed_node_starts_again_on_another_within_max_res
   EXPECT_EQ(with_two_nodes("actor_lost"), std::make_pair(0, 128 + SIGKILL));
 }
 
+TEST_F(cluster, tasks_go_to_a_node_where_no_actor_holds_what_they_ask) {
+  EXPECT_EQ(with_two_nodes("actor_holds"), std::make_pair(0, 0));
+}
+
+TEST_F(cluster, plain_tasks_on_a_node_do_not_wait_behind_calls_queued_on_its_actors) {
+  EXPECT_EQ(with_two_nodes("actor_backlog"), std::make_pair(0, 0));
+}
+
+TEST_F(cluster, an_actor_whose_restart_node_is_lost_too_dies_and_leaves_nothing_behind) {
+  EXPECT_EQ(with_two_nodes("actor_restart_lost"), std::make_pair(128 + SIGKILL, 128 + SIGKILL));
+}
+
 TEST_F(cluster, a_stored_object_goes_to_each_node_once_and_is_freed_there_with_its_last_ref) {
   EXPECT_EQ(with_two_nodes("objects"), std::make_pair(0, 0));
 }

@@ -552,8 +552,12 @@ constexpr std::uint8_t kind_node_died = 6;
 }  // namespace
 
 std::shared_ptr<head::connection> head::place(const routed_task& t, std::string& why) {
+  // The least loaded node whose resources, less what its actors hold for
+  // life, cover what `t` asks; failing that, the least loaded whose totals do
+  // (`t` waits there until its actors give some back).
   std::shared_ptr<connection> best;
   double best_load = 0;
+  bool best_has_room = false;
   std::string first_lack;
   bool any_fits = false;
   for (const auto& n : nodes_) {
@@ -567,11 +571,16 @@ std::shared_ptr<head::connection> head::place(const routed_task& t, std::string&
     auto c = std::find_if(connections_.begin(), connections_.end(),
                           [&](const auto& x) { return x->node_id == n.id && !x->done; });
     if (c == connections_.end()) continue;
+    std::map<std::string, double> free = n.info.resources;
+    if (auto held = held_.find(n.id); held != held_.end())
+      for (const auto& [name, amount] : held->second) free[name] -= amount;
+    const bool has_room = lacking(free, t.num_cpus, t.num_gpus, t.resources).empty();
     auto cpus = n.info.resources.find("CPU");
     double load = (running_[n.id] + hosted_[n.id]) / std::max(1.0, cpus == n.info.resources.end() ? 1.0 : cpus->second);
-    if (!best || load < best_load) {
+    if (!best || (has_room && !best_has_room) || (has_room == best_has_room && load < best_load)) {
       best = *c;
       best_load = load;
+      best_has_room = has_room;
     }
   }
   if (!best)
@@ -824,6 +833,7 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
     }
   running_.erase(c.node_id);
   hosted_.erase(c.node_id);
+  held_.erase(c.node_id);
   for (auto it = directory_.begin(); it != directory_.end();) {
     it->second.erase(c.node_id);
     it = it->second.empty() ? directory_.erase(it) : std::next(it);
@@ -900,9 +910,10 @@ void head::lose_actors(const connection& c, const std::string& why, std::vector<
       forward(sent, next, out);
       sent.frames.clear();
       sent.keep = false;
-      a.ctor.driver_id = 0;
+      // (a.ctor.driver_id stays until the start is answered: if this node is
+      // lost too before it answers, the next start, or the failure, answers.)
       a.node = next->node_id;
-      ++hosted_[a.node];
+      host(a);
       a.node_connection = next;
       std::fprintf(stderr, "manta head: actor %s (%s) was lost with %s; started again on %s\n", a.ctor.name.c_str(),
                    key.c_str(), c.node_id.c_str(), a.node.c_str());
@@ -939,11 +950,11 @@ std::shared_ptr<head::connection> head::actor_target(const std::shared_ptr<conne
     std::shared_ptr<connection> node = place(r, why);
     if (!node) return nullptr;
     placed_actor& a = actors_[t.actor];
-    ++hosted_[node->node_id];
     a.driver = driver;
     a.node = node->node_id;
     a.node_connection = node;
     a.ctor = r;
+    host(a);
     a.restarts_left = t.max_restarts < 0 ? std::numeric_limits<int>::max() : t.max_restarts;
     return node;
   }
@@ -1070,9 +1081,22 @@ void head::cancel_routed(const connection& driver, std::string_view body, std::v
   }
 }
 
+void head::host(const placed_actor& a) {
+  ++hosted_[a.node];
+  auto& held = held_[a.node];
+  held["CPU"] += a.ctor.num_cpus;
+  held["GPU"] += a.ctor.num_gpus;
+  for (const auto& [name, amount] : a.ctor.resources) held[name] += amount;
+}
+
 void head::unhost(placed_actor& a) {
   if (!a.gone.empty()) return;
   if (auto it = hosted_.find(a.node); it != hosted_.end()) --it->second;
+  if (auto it = held_.find(a.node); it != held_.end()) {
+    it->second["CPU"] -= a.ctor.num_cpus;
+    it->second["GPU"] -= a.ctor.num_gpus;
+    for (const auto& [name, amount] : a.ctor.resources) it->second[name] -= amount;
+  }
 }
 
 std::map<std::string, head::placed_actor>::iterator head::forget_actor(std::map<std::string, placed_actor>::iterator it) {

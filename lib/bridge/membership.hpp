@@ -182,6 +182,8 @@ class head {
   void lose_actors(const connection& c, const std::string& why, std::vector<outgoing>& out);
   /// Stops keeping `r`'s frames (under mu_).
   void forget_frames(routed_task& r);
+  /// `a` counts on its node: its load, and the resources it holds for life (under mu_).
+  void host(const placed_actor& a);
   /// `a` no longer counts on its node (it is gone, or ended), under mu_.
   void unhost(placed_actor& a);
   /// Erases an actor (under mu_); returns the next.
@@ -211,6 +213,7 @@ class head {
   std::map<std::string, int> running_;           ///< tasks forwarded to each node, not back yet
   std::map<std::string, placed_actor> actors_;   ///< by key: every driver's actors in the cluster
   std::map<std::string, int> hosted_;            ///< actors living on each node (they count as its load)
+  std::map<std::string, std::map<std::string, double>> held_;  ///< resources each node's actors hold for life
   /// The object directory: for each driver's object sent to nodes, the nodes
   /// holding a copy (told when the driver frees it, or leaves).
   std::map<std::string, std::set<std::string>> directory_;

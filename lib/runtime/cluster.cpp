@@ -359,6 +359,7 @@ struct job {
   std::uint64_t id = 0;
   std::vector<detail::ref_node*> returns;  ///< counted
   std::vector<detail::ref_node*> pinned;   ///< results whose bytes its outcome borrows
+  bool call = false;  ///< an actor's call: it waits in its actor's queue, not for a worker
 };
 
 /// The actors drivers started on this node, by key (remote_task::actor): one
@@ -409,7 +410,8 @@ job start(node_runtime& rt, const bridge::remote_task& t, actor_table& actors, c
   r.options.memory = t.memory;
   r.options.max_retries = t.max_retries;
   r.options.retry_exceptions = t.retry_exceptions;
-  r.options.name = t.name == fn->name ? std::string() : t.name;
+  // (An actor's name lives in its driver: two drivers may name theirs alike.)
+  r.options.name = t.name == fn->name || mode == call_mode::construct ? std::string() : t.name;
   r.options.timeout_ns = t.timeout_ns;
   r.options.max_calls = t.max_calls;
   if (mode == call_mode::construct) {
@@ -432,6 +434,7 @@ job start(node_runtime& rt, const bridge::remote_task& t, actor_table& actors, c
     writer.value(v);
   });
   job j{t.id, std::vector<detail::ref_node*>(t.num_returns, nullptr)};
+  j.call = mode == call_mode::method;
   rt.submit(std::move(r), j.returns.data());
   if (mode == call_mode::construct) {
     actors.emplace(t.actor, j.returns[0]);  // the handle: calls find it from now on
@@ -603,6 +606,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   // the objects asked for, and the actors with a call among them (their later
   // calls wait behind it, so calls still run in order).
   object_table objects;
+  std::map<std::string, std::string> unstarted;  ///< actors whose constructor failed here: why (until their end)
   std::deque<bridge::remote_task> parked;
   std::set<std::string> requested, parked_actors;
   bool lost = false;
@@ -612,12 +616,21 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     return !o.ok && o.error.kind == static_cast<std::uint8_t>(ipc::error_kind::node_died);
   };
   auto submit_one = [&](const bridge::remote_task& t) {
+    if (auto it = unstarted.find(t.actor); it != unstarted.end() && !actors.count(t.actor)) {
+      answer(failed_outcome(t.id, {ipc::error_kind::actor_died, "manta::actor_died_error",
+                                   "manta: the actor of call '" + t.name + "' could not be started on " + me_id + ": " +
+                                       it->second,
+                                   t.name, {}, ::getpid(), 0, {}}));
+      return;
+    }
     try {
       job j = start(rt, t, actors, objects);
       if (j.returns.empty()) answer({t.id, true, {}, {}, {}});  // an actor started: its calls may come
       else running.push_back(std::move(j));
     } catch (const std::exception&) {
       auto o = failed_outcome(t.id, ipc::error_from_exception(std::current_exception(), t.name, ::getpid()));
+      if (t.mode == static_cast<std::uint8_t>(detail::call_mode::construct) && !t.actor.empty())
+        unstarted[t.actor] = o.error.message;
       if (runtime_lost(o)) lost = true;
       else answer(std::move(o));
     }
@@ -665,6 +678,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     std::deque<arrival> arrived;
     std::vector<std::uint64_t> cancels;
     std::vector<arrival> about_objects;  // values and notes: handled at once, not behind the tasks that wait
+    std::deque<arrival> actor_work;      // constructors, calls, ends: never capped, in order
     {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return done || !inbox.empty() || !running.empty() || !waiting.empty(); });
@@ -675,6 +689,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       for (auto& a : inbox) {
         if (a.cancel) cancels.push_back(*a.cancel);  // at once: not behind the tasks that wait
         else if (a.note || (!a.end && a.task.mode == bridge::mode_object)) about_objects.push_back(std::move(a));
+        else if (a.end || !a.task.actor.empty()) actor_work.push_back(std::move(a));
         else waiting.push_back(std::move(a));
       }
       inbox.clear();
@@ -710,9 +725,14 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         answer(failed_outcome(id, {ipc::error_kind::cancelled, "manta::task_cancelled_error", "manta: task was cancelled",
                                    {}, {}, ::getpid(), 0, {}}));
       };
-      auto queued = std::find_if(waiting.begin(), waiting.end(), [&](const arrival& a) { return !a.end && a.task.id == id; });
-      if (queued != waiting.end()) {
+      auto is_it = [&](const arrival& a) { return !a.end && a.task.id == id; };
+      if (auto queued = std::find_if(waiting.begin(), waiting.end(), is_it); queued != waiting.end()) {
         waiting.erase(queued);
+        cancelled();
+        continue;
+      }
+      if (auto call = std::find_if(actor_work.begin(), actor_work.end(), is_it); call != actor_work.end()) {
+        actor_work.erase(call);
         cancelled();
         continue;
       }
@@ -729,7 +749,10 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         rt.cancel_producer(it->returns[0]);
       }
     }
-    while (!waiting.empty() && running.size() + arrived.size() < in_runtime) {
+    arrived = std::move(actor_work);
+    // Only plain tasks count: calls queued on a slow actor hold up nobody else.
+    std::size_t plain = std::count_if(running.begin(), running.end(), [](const job& j) { return !j.call; });
+    for (; !waiting.empty() && plain < in_runtime; ++plain) {
       arrived.push_back(std::move(waiting.front()));
       waiting.pop_front();
     }
@@ -743,6 +766,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     for (auto& a : arrived) {
       if (a.end) {
         end_actor(rt, actors, *a.end);
+        unstarted.erase(a.end->actor);
         continue;
       }
       bridge::remote_task& t = a.task;

@@ -428,6 +428,10 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   auto refuse = [&](ipc::error_kind kind, const char* type, std::string message) {
     return ipc::error_info{kind, type, std::move(message), t.name(), {}, 0, 0, {}};
   };
+  if (!t.contained.empty())
+    return refuse(ipc::error_kind::usage, "manta::usage_error",
+                  "manta: task '" + t.name() + "' needs another node, and its arguments hold object_refs or actor "
+                  "handles, which cannot travel between nodes yet");
   for (const object_entry* e : t.deps)
     if (!e->contained.empty())
       return refuse(ipc::error_kind::usage, "manta::usage_error",

@@ -199,6 +199,11 @@ void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_locati
 }
 
 void scheduler::fail_remote(const ipc::error_info& why) {
+  // Actors living on other nodes are gone with the cluster: their calls fail
+  // with actor_died_error (queued ones now, later ones at submission).
+  for (auto& a : actors_)
+    if (a->remote && a->st != actor_record::state::dead)
+      actor_dead(*a, actor_error(*a, "is gone with the cluster: " + why.message));
   for (lane* l : {&remote_, &remote_waiting_})
   while (!l->empty()) {
     task_spec* t = l->front();
@@ -209,6 +214,10 @@ void scheduler::fail_remote(const ipc::error_info& why) {
     }
     if (t->mode == detail::call_mode::construct) {
       remote_constructor_failed(t, why);
+      continue;
+    }
+    if (t->is_call() && t->actor->death) {  // a remote actor's call: its actor is gone (above)
+      fail_task(t, *t->actor->death);
       continue;
     }
     ipc::error_info e = why;
