@@ -25,12 +25,22 @@ rc=$?
 echo "$out"
 [ $rc -eq 0 ] || { echo "FAILED: the sample exited $rc"; exit 1; }
 echo "$out" | grep -Pzq "(?s)$regex" || { echo "FAILED: its output does not match: $regex"; exit 1; }
+# The cluster's processes: the head (manta) and the node with its zygote,
+# workers and actor hosts (the sample's image), all carrying the tag.
+cluster_processes() {
+  for p in $(grep -l -a "$tag" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3); do
+    exe=$(readlink "/proc/$p/exe" 2>/dev/null) || continue
+    if [ "$exe" = "$(readlink -f "$sample")" ] || [ "$exe" = "$(readlink -f "$manta")" ]; then
+      grep -q '^State:.*[RSDT]' "/proc/$p/status" 2>/dev/null && echo "$p"
+    fi
+  done
+}
+[ -n "$(cluster_processes)" ] || { echo "FAILED: the cluster's processes were not found"; exit 1; }
 "$manta" stop --log-dir "$dir" > /dev/null 2>&1
 for i in $(seq 100); do
-  left=$(grep -l -a "$tag" /proc/[0-9]*/environ 2>/dev/null | cut -d/ -f3 | grep -v "^$$\$" | while read -r p; do
-    [ -e "/proc/$p" ] && grep -q '^State:.*[RSD]' "/proc/$p/status" 2>/dev/null && echo "$p"; done)
+  left=$(cluster_processes)
   [ -z "$left" ] && exit 0
-  sleep 0.1
+  sleep 0.1  # (polling, bounded: the processes exit on their own)
 done
 echo "FAILED: processes left after manta stop: $left"
 exit 1
