@@ -243,6 +243,54 @@ TEST_F(cluster, a_lost_head_fails_remote_work_and_every_node_exits) {
   EXPECT_TRUE(manta::testing::eventually([&] { return tagged(tag_).empty(); }, 20s));
 }
 
+// ---- TLS: a head started with a certificate speaks only TLS
+
+class cluster_tls : public cluster {
+ protected:
+  void SetUp() override {
+    dir_ = manta::testing::temp_path("cluster-tls");
+    std::filesystem::create_directories(dir_);
+    tag_ = "CLUSTER_TAG=" + std::to_string(::getpid()) + "-tls";
+    ::putenv(const_cast<char*>(tag_.c_str()));
+    // A self-signed certificate naming 127.0.0.1 (its own authority), and another nobody signed for this head.
+    const std::string req = "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -addext subjectAltName=IP:127.0.0.1 ";
+    sh(req + "-subj /CN=head -keyout " + dir_ + "/key.pem -out " + dir_ + "/cert.pem 2>&1");
+    sh(req + "-subj /CN=other -keyout " + dir_ + "/other-key.pem -out " + dir_ + "/other.pem 2>&1");
+    if (!std::filesystem::exists(dir_ + "/cert.pem")) GTEST_SKIP() << "no openssl command (tools/setup.sh installs it)";
+    std::string started = sh(std::string(MANTA_CLI_PATH) + " start --head --log-dir " + dir_ + " --tls-cert " + dir_ +
+                             "/cert.pem --tls-key " + dir_ + "/key.pem");
+    ASSERT_NE(started.find("address: 127.0.0.1:"), std::string::npos) << started;
+    std::ifstream in(dir_ + "/head.address");
+    std::string flag;
+    in >> address_ >> head_pid_ >> flag;
+    EXPECT_EQ(flag, "tls") << "the address file says the head speaks TLS";
+  }
+};
+
+TEST_F(cluster_tls, members_that_check_the_heads_certificate_work_as_over_plain_tcp_and_others_are_refused) {
+  const std::string cli = MANTA_CLI_PATH;
+  // A node started by manta start speaks TLS because the address file says so.
+  std::string started = sh(cli + " start --log-dir " + dir_ + " --num-workers 2 -- " + CLUSTER_PROGRAM + " special");
+  ASSERT_NE(started.find(" joined "), std::string::npos) << started;
+  const pid_t node = std::stoi(started.substr(started.find(": pid ") + 6));
+  EXPECT_NE(sh(cli + " status --log-dir " + dir_).find("special 2"), std::string::npos);
+
+  const std::string env = "env MANTA_ADDRESS=" + address_ + " MANTA_TOKEN_FILE=" + dir_ + "/cluster.token CLUSTER_DIR=" +
+                          dir_ + " CLUSTER_CLI=" + cli + " CLUSTER_HEAD_PID=" + std::to_string(head_pid_) + " ";
+  const std::string ok = sh(env + "MANTA_TLS_CA=" + dir_ + "/cert.pem " + CLUSTER_PROGRAM + " basic 1 2>&1");
+  EXPECT_NE(ok.find("ok: a 72 MB result came back in parts"), std::string::npos) << ok;
+  EXPECT_EQ(ok.find("FAILED"), std::string::npos) << ok;
+
+  const std::string wrong = sh(env + "MANTA_TLS_CA=" + dir_ + "/other.pem " + CLUSTER_PROGRAM + " basic 1 2>&1");
+  EXPECT_NE(wrong.find("the head's certificate"), std::string::npos) << "an unknown certificate is refused: " << wrong;
+  const std::string plain = sh(env + CLUSTER_PROGRAM + " basic 1 2>&1");
+  EXPECT_NE(plain.find("MANTA_TLS_CA"), std::string::npos) << "a member without TLS is told what to set: " << plain;
+
+  EXPECT_NE(sh(cli + " stop --log-dir " + dir_).find("stopped the cluster"), std::string::npos);
+  EXPECT_TRUE(manta::testing::eventually([&] { return !manta::testing::alive(node); }, 20s));
+  EXPECT_TRUE(manta::testing::eventually([&] { return tagged(tag_).empty(); }, 20s));
+}
+
 // ---- launchers: mpirun and srun start every rank; rank 0 leads
 
 TEST(cluster_launch, mpirun_n_3_makes_rank_0_the_driver_and_the_others_nodes) {

@@ -44,18 +44,25 @@ bool running(pid_t pid) {
   return close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'Z';
 }
 
-/// The head's address and pid as `manta start --head` recorded them ("", 0 if none).
-std::pair<std::string, pid_t> recorded_head(const cluster_options& o) {
+/// The head's address and pid as `manta start --head` recorded them ("", 0 if
+/// none), and whether it speaks TLS.
+std::pair<std::string, pid_t> recorded_head(const cluster_options& o, bool* tls = nullptr) {
   std::ifstream in(address_file(o));
-  std::string address;
+  std::string address, flag;
   pid_t pid = 0;
-  if (in) in >> address >> pid;
+  if (in) in >> address >> pid >> flag;
+  if (tls) *tls = flag == "tls";
   return {address, pid};
 }
 
-/// The head's address and pid, from --address or the address file.
+/// The head's address and pid, from --address or the address file. A head
+/// recorded with TLS is spoken to with TLS (MANTA_TLS=1, unless MANTA_TLS_CA
+/// says more), by this tool and by the nodes it starts.
 std::pair<std::string, pid_t> head_of(const cluster_options& o) {
-  auto [address, pid] = recorded_head(o);
+  bool tls = false;
+  auto [address, pid] = recorded_head(o, &tls);
+  if (tls && (o.address.empty() || o.address == address) && !std::getenv("MANTA_TLS_CA"))
+    ::setenv("MANTA_TLS", "1", 0);
   if (!o.address.empty()) return {o.address, address == o.address ? pid : 0};
   if (address.empty())
     throw std::runtime_error("no head address: give --address HOST:PORT (none started from " + o.log_dir + ")");
@@ -107,6 +114,9 @@ int start_head(const cluster_options& o) {
     throw std::runtime_error("a head already runs from " + o.log_dir + " (pid " + std::to_string(pid) + ", " +
                              address + "); stop it first (manta stop)");
   const std::string token = bridge::new_token();
+  // The head runs from "/": its files are named whole.
+  const std::string tls_cert = o.tls_cert.empty() ? "" : std::filesystem::absolute(o.tls_cert).string();
+  const std::string tls_key = o.tls_key.empty() ? "" : std::filesystem::absolute(o.tls_key).string();
   int ready[2];
   if (::pipe(ready) != 0) throw std::runtime_error("pipe failed");
   std::fflush(nullptr);
@@ -136,12 +146,15 @@ int start_head(const cluster_options& o) {
     int code = 0;
     std::string recorded;
     try {
-      bridge::head h({.bind = o.bind, .port = o.port, .token = token, .on_stop_request = [&] { stop = true; }});
+      std::shared_ptr<bridge::tls_context> tls;
+      if (!tls_cert.empty()) tls = bridge::tls_context::for_head(tls_cert, tls_key);
+      bridge::head h(
+          {.bind = o.bind, .port = o.port, .token = token, .tls = tls, .on_stop_request = [&] { stop = true; }});
       // Listening: now the token and the address are written.
       bridge::write_token_file(token_path(o), token);
       std::string address =
           (o.bind == "0.0.0.0" || o.bind == "::" ? "127.0.0.1" : o.bind) + ":" + std::to_string(h.port());
-      recorded = address + " " + std::to_string(::getpid()) + "\n";
+      recorded = address + " " + std::to_string(::getpid()) + (tls ? " tls" : "") + "\n";
       write_file(address_file(o), recorded);
       std::string line = address + "\n";
       if (::write(ready[1], line.data(), line.size()) < 0) code = 3;  // (the caller went: serve anyway)

@@ -13,6 +13,7 @@ struct cluster_options {
   std::string token_file;  ///< --token-file; else MANTA_TOKEN_FILE; else <log_dir>/cluster.token
   std::string address;     ///< HOST:PORT of the head; else <log_dir>/head.address
   std::string bind = "127.0.0.1";
+  std::string tls_cert, tls_key;  ///< a head's TLS certificate and key (PEM), or neither
   unsigned short port = 0;
   bool json = false;
 };

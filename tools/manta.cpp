@@ -192,6 +192,8 @@ int main(int argc, char** argv) {
   start->add_option("--port", cluster.port, "its port (0: any free one)")->capture_default_str();
   start->add_option("--bind", cluster.bind, "the address to listen on (loopback unless told)")->capture_default_str();
   start->add_option("--token-file", cluster.token_file, "where to write the cluster's token (0600)");
+  start->add_option("--tls-cert", cluster.tls_cert, "the head's TLS certificate (PEM): every connection uses TLS");
+  start->add_option("--tls-key", cluster.tls_key, "the private key of --tls-cert (PEM)");
   start->add_option("--log-dir", cluster.log_dir, "where the head's log, address and token go")->capture_default_str();
   auto* stop = app.add_subcommand("stop", "stop the cluster: every node is told to stop, then the head exits");
   stop->add_option("--address", cluster.address, "the head, HOST:PORT (default: the one started from --log-dir)");
@@ -200,6 +202,10 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   try {
+    if (start->parsed() && cluster.tls_cert.empty() != cluster.tls_key.empty())
+      throw std::runtime_error("--tls-cert and --tls-key go together");
+    if (start->parsed() && !head_role && !cluster.tls_cert.empty())
+      throw std::runtime_error("--tls-cert and --tls-key are the head's (with --head); members use MANTA_TLS_CA");
     if (start->parsed() && head_role) {
       if (!node_command.empty()) throw std::runtime_error("manta start --head takes no program");
       return manta::tools::start_head(cluster);

@@ -12,6 +12,7 @@ packages=(
   libjs-chart.js    # the dashboard's chart, served locally
   chromium tmux     # tests: the dashboard in headless Chromium, the progress bar in a terminal
   openmpi-bin       # tests: a cluster launched by mpirun
+  openssl           # tests: certificates for a cluster over TLS
   iproute2          # tests: two machines made of network namespaces
 )
 [ "${1:-}" = "--fuzz" ] && packages+=(clang-14 libclang-rt-14-dev)

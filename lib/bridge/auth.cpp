@@ -64,9 +64,11 @@ frame receive(int fd, frame_decoder& in, clock_type::time_point until) {
   } catch (const io_error& e) {
     throw auth_error(std::string("manta bridge: during the handshake: ") + e.what());
   }
-  if (st == receive_status::timeout) throw auth_error("manta bridge: the handshake timed out");
+  // (A member speaking plain TCP to a head that speaks TLS sees either.)
+  const char* tls_hint = " (a head started with --tls-cert is joined with MANTA_TLS_CA or MANTA_TLS=1)";
+  if (st == receive_status::timeout) throw auth_error(std::string("manta bridge: the handshake timed out") + tls_hint);
   if (st != receive_status::frame)
-    throw auth_error("manta bridge: the other side closed the connection during the handshake");
+    throw auth_error(std::string("manta bridge: the other side closed the connection during the handshake") + tls_hint);
   return f;
 }
 

@@ -236,7 +236,7 @@ struct head::connection {
   }
   void close() {
     std::lock_guard lock(fd_mu);
-    if (fd >= 0) ::close(std::exchange(fd, -1));
+    if (fd >= 0) close_socket(std::exchange(fd, -1));
   }
 };
 
@@ -351,6 +351,7 @@ void head::serve(std::shared_ptr<connection> c) {
   };
   try {
     frame_decoder in;  // one for the connection's life: nothing that arrives early is lost
+    if (cfg_.tls) start_tls(c->fd, *cfg_.tls, /*as_head=*/true, {}, io_clock::now() + handshake_timeout);
     authenticate_peer(c->fd, cfg_.token, in);
     c->proved.store(true, std::memory_order_release);
     c->start_writer();
@@ -1173,6 +1174,7 @@ node_link::node_link(const std::string& address, const std::string& token, node_
     throw join_error(e.what());
   }
   try {
+    if (auto tls = member_tls_from_env()) start_tls(fd_, *tls, false, host, io_clock::now() + handshake_timeout);
     authenticate_to_head(fd_, token, in_);
     std::sort(info.functions.begin(), info.functions.end());
     json j = {{"host", info.host},           {"pid", info.pid},   {"resources", info.resources},
@@ -1186,15 +1188,15 @@ node_link::node_link(const std::string& address, const std::string& token, node_
     if (f.type != frame_type::joined) throw join_error("manta: the head answered the join with something else");
     id_ = f.body;
   } catch (const join_error&) {
-    ::close(fd_);
+    close_socket(fd_);
     throw;
   } catch (const std::exception& e) {
-    ::close(fd_);
+    close_socket(fd_);
     throw join_error(e.what());
   }
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) {
-    ::close(fd_);
+    close_socket(fd_);
     throw join_error(std::string("manta: eventfd: ") + std::strerror(errno));
   }
   thread_ = std::thread([this] { run(); });
@@ -1205,7 +1207,7 @@ node_link::~node_link() {
   // Destroyed from its own on_end: run() touches nothing after the callback.
   if (thread_.get_id() == std::this_thread::get_id()) thread_.detach();
   else thread_.join();
-  ::close(fd_);
+  close_socket(fd_);
   ::close(wake_fd_);
 }
 
@@ -1310,6 +1312,7 @@ std::string ask_head(const std::string& address, const std::string& token, const
   int fd = -1;
   try {
     fd = connect_to(host, port, std::chrono::seconds(5));
+    if (auto tls = member_tls_from_env()) start_tls(fd, *tls, false, host, io_clock::now() + handshake_timeout);
     authenticate_to_head(fd, token);
     auto until = io_clock::now() + std::chrono::seconds(10);
     send_all(fd, encode(request == "stop" ? frame_type::stop_request : frame_type::status_request, ""), until);
@@ -1317,13 +1320,13 @@ std::string ask_head(const std::string& address, const std::string& token, const
     frame f;
     if (receive(fd, in, until, f) != receive_status::frame || f.type != frame_type::status_reply)
       throw join_error("manta: the head at " + address + " did not answer");
-    ::close(fd);
+    close_socket(fd);
     return f.body;
   } catch (const join_error&) {
-    if (fd >= 0) ::close(fd);
+    close_socket(fd);
     throw;
   } catch (const std::exception& e) {
-    if (fd >= 0) ::close(fd);
+    close_socket(fd);
     throw join_error(e.what());
   }
 }

@@ -29,6 +29,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "bridge/task_wire.hpp"
+#include "bridge/tls.hpp"
 #include "bridge/wire.hpp"
 
 namespace manta::bridge {
@@ -69,6 +70,8 @@ class head {
     std::string bind = "127.0.0.1";  ///< loopback unless told otherwise
     unsigned short port = 0;         ///< 0: any free port
     std::string token;
+    /// TLS on every connection (bridge/tls), when set.
+    std::shared_ptr<tls_context> tls;
     std::chrono::milliseconds lost_after = bridge::lost_after;
     /// Called (on a head thread) when a tool asks to stop the cluster, after
     /// every node was told.

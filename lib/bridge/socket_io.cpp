@@ -18,6 +18,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/io_context.hpp>
 
+#include "bridge/tls.hpp"
+
 namespace manta::bridge {
 namespace {
 
@@ -39,6 +41,7 @@ void send_all(int fd, std::string_view first, std::string_view second, io_clock:
 }
 
 void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until) {
+  if (tls_send_all(fd, pieces, until)) return;  // (a TLS connection)
   std::size_t piece = 0, at = 0;  // the first byte not sent yet
   for (;;) {
     while (piece < pieces.size() && at == pieces[piece].size()) ++piece, at = 0;
@@ -77,6 +80,7 @@ namespace {
 /// Waits for bytes until `until` and reads them straight into `in`'s buffer,
 /// as much as the frame begun still lacks. @returns frame when bytes came
 receive_status read_into(int fd, frame_decoder& in, io_clock::time_point until, int wake_fd) {
+  if (receive_status st; tls_read_into(fd, in, until, wake_fd, st)) return st;  // (a TLS connection)
   for (;;) {
     pollfd p[2] = {{fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
     int ready = ::poll(p, wake_fd >= 0 ? 2 : 1, left_ms(until));

@@ -1,0 +1,228 @@
+// bridge/tls.cpp: OpenSSL sessions over the bridge's non-blocking sockets.
+// A session's reader and its writers are different threads (the head's
+// serve and writer threads, a link's thread and its senders): every call
+// into the session holds its mutex, and waiting for the socket (poll) never
+// does, so a reader waiting for bytes holds up no writer.
+#include "bridge/tls.hpp"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+namespace manta::bridge {
+namespace {
+
+struct session {
+  SSL* ssl = nullptr;
+  std::mutex mu;
+  ~session() { SSL_free(ssl); }
+};
+
+std::mutex registry_mu;
+std::unordered_map<int, std::shared_ptr<session>>& registry() {
+  static auto* sessions = new std::unordered_map<int, std::shared_ptr<session>>();
+  return *sessions;
+}
+std::atomic<int> session_count{0};  ///< none: every send and receive skips the registry
+
+std::shared_ptr<session> session_of(int fd) {
+  if (session_count.load(std::memory_order_acquire) == 0) return nullptr;
+  std::lock_guard lock(registry_mu);
+  auto it = registry().find(fd);
+  return it == registry().end() ? nullptr : it->second;
+}
+
+/// OpenSSL's queued errors as text (and the queue emptied), or `fallback`.
+std::string ssl_errors(const char* fallback) {
+  std::string out;
+  for (unsigned long e; (e = ERR_get_error()) != 0;) {
+    char text[256];
+    ERR_error_string_n(e, text, sizeof text);
+    out += (out.empty() ? "" : "; ") + std::string(text);
+  }
+  return out.empty() ? fallback : out;
+}
+
+int left_ms(io_clock::time_point until) {
+  if (until == io_clock::time_point::max()) return -1;
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - io_clock::now()).count();
+  return ms > 0 ? static_cast<int>(std::min<long long>(ms, 1 << 30)) : 0;
+}
+
+/// Waits until `fd` is ready for what `ssl_error` (WANT_READ or WANT_WRITE) asks.
+/// @returns false if the time ran out
+bool wait_for(int fd, int ssl_error, io_clock::time_point until) {
+  pollfd p{fd, static_cast<short>(ssl_error == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN), 0};
+  for (;;) {
+    int ready = ::poll(&p, 1, left_ms(until));
+    if (ready > 0) return true;
+    if (ready == 0) return false;
+    if (errno != EINTR) throw io_error(std::string("manta bridge: poll: ") + std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<tls_context> tls_context::for_head(const std::string& cert_file, const std::string& key_file) {
+  std::shared_ptr<tls_context> c(new tls_context());
+  c->ctx_ = SSL_CTX_new(TLS_server_method());
+  if (!c->ctx_) throw io_error("manta bridge: TLS: " + ssl_errors("no context"));
+  SSL_CTX_set_min_proto_version(c->ctx_, TLS1_2_VERSION);
+  SSL_CTX_set_options(c->ctx_, SSL_OP_IGNORE_UNEXPECTED_EOF);  // a peer that closes is gone, not an attack
+  if (SSL_CTX_use_certificate_chain_file(c->ctx_, cert_file.c_str()) != 1)
+    throw io_error("manta bridge: TLS: cannot use the certificate " + cert_file + ": " + ssl_errors("unreadable"));
+  if (SSL_CTX_use_PrivateKey_file(c->ctx_, key_file.c_str(), SSL_FILETYPE_PEM) != 1)
+    throw io_error("manta bridge: TLS: cannot use the key " + key_file + ": " + ssl_errors("unreadable"));
+  if (SSL_CTX_check_private_key(c->ctx_) != 1)
+    throw io_error("manta bridge: TLS: the key " + key_file + " is not the certificate's: " + ssl_errors("mismatch"));
+  return c;
+}
+
+std::shared_ptr<tls_context> tls_context::for_member(const std::string& ca_file) {
+  std::shared_ptr<tls_context> c(new tls_context());
+  c->ctx_ = SSL_CTX_new(TLS_client_method());
+  if (!c->ctx_) throw io_error("manta bridge: TLS: " + ssl_errors("no context"));
+  SSL_CTX_set_min_proto_version(c->ctx_, TLS1_2_VERSION);
+  SSL_CTX_set_options(c->ctx_, SSL_OP_IGNORE_UNEXPECTED_EOF);
+  if (!ca_file.empty()) {
+    if (SSL_CTX_load_verify_locations(c->ctx_, ca_file.c_str(), nullptr) != 1)
+      throw io_error("manta bridge: TLS: cannot use the authority " + ca_file + ": " + ssl_errors("unreadable"));
+    SSL_CTX_set_verify(c->ctx_, SSL_VERIFY_PEER, nullptr);
+    c->checks_head_ = true;
+  }
+  return c;
+}
+
+tls_context::~tls_context() { SSL_CTX_free(ctx_); }
+
+std::shared_ptr<tls_context> member_tls_from_env() {
+  if (const char* ca = std::getenv("MANTA_TLS_CA"); ca && *ca) return tls_context::for_member(ca);
+  if (const char* on = std::getenv("MANTA_TLS"); on && std::strcmp(on, "1") == 0) return tls_context::for_member("");
+  return nullptr;
+}
+
+void start_tls(int fd, const tls_context& ctx, bool as_head, const std::string& host, io_clock::time_point until) {
+  auto s = std::make_shared<session>();
+  ERR_clear_error();
+  s->ssl = SSL_new(ctx.native());
+  if (!s->ssl || SSL_set_fd(s->ssl, fd) != 1) throw io_error("manta bridge: TLS: " + ssl_errors("no session"));
+  if (!as_head && ctx.checks_head()) {
+    // The head's certificate must name what was connected to: an address, or a host name.
+    in6_addr any;
+    const bool address = ::inet_pton(AF_INET, host.c_str(), &any) == 1 || ::inet_pton(AF_INET6, host.c_str(), &any) == 1;
+    if (address) X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(s->ssl), host.c_str());
+    else SSL_set1_host(s->ssl, host.c_str());
+  }
+  if (!as_head && !host.empty()) SSL_set_tlsext_host_name(s->ssl, host.c_str());
+  for (;;) {
+    ERR_clear_error();
+    const int r = as_head ? SSL_accept(s->ssl) : SSL_connect(s->ssl);
+    if (r == 1) break;
+    const int e = SSL_get_error(s->ssl, r);
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+      if (!wait_for(fd, e, until)) throw io_error("manta bridge: the TLS handshake timed out");
+      continue;
+    }
+    std::string why = ssl_errors(e == SSL_ERROR_SYSCALL ? "the other side closed the connection"
+                                 : as_head             ? "the peer speaks no TLS"
+                                                       : "the head speaks no TLS");
+    const bool rejected = !as_head && ctx.checks_head() && SSL_get_verify_result(s->ssl) != X509_V_OK;
+    if (rejected)
+      why = std::string("the head's certificate: ") + X509_verify_cert_error_string(SSL_get_verify_result(s->ssl));
+    throw io_error("manta bridge: the TLS handshake with " + (host.empty() ? std::string("a peer") : host) +
+                   " failed (" + why + ")" + (as_head || rejected ? "" : "; was the head started with --tls-cert?"));
+  }
+  std::lock_guard lock(registry_mu);
+  registry()[fd] = std::move(s);
+  session_count.fetch_add(1, std::memory_order_release);
+}
+
+void close_socket(int fd) noexcept {
+  if (fd < 0) return;
+  if (session_count.load(std::memory_order_acquire) != 0) {
+    std::lock_guard lock(registry_mu);
+    if (registry().erase(fd)) session_count.fetch_sub(1, std::memory_order_release);
+  }
+  ::close(fd);
+}
+
+bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until) {
+  std::shared_ptr<session> s = session_of(fd);
+  if (!s) return false;
+  for (std::string_view piece : pieces) {
+    for (std::size_t at = 0; at < piece.size();) {
+      // The same length again after a WANT_*: OpenSSL requires the retry to match.
+      const int chunk = static_cast<int>(std::min<std::size_t>(piece.size() - at, 1u << 20));
+      int n, e = 0;
+      {
+        std::lock_guard lock(s->mu);
+        ERR_clear_error();
+        n = SSL_write(s->ssl, piece.data() + at, chunk);
+        if (n <= 0) e = SSL_get_error(s->ssl, n);
+      }
+      if (n > 0) {
+        at += static_cast<std::size_t>(n);
+        continue;
+      }
+      if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+        if (!wait_for(fd, e, until)) throw io_error("manta bridge: a send timed out");
+        continue;
+      }
+      throw io_error("manta bridge: the TLS connection broke: " + ssl_errors(std::strerror(errno)));
+    }
+  }
+  return true;
+}
+
+bool tls_read_into(int fd, frame_decoder& in, io_clock::time_point until, int wake_fd, receive_status& status) {
+  std::shared_ptr<session> s = session_of(fd);
+  if (!s) return false;
+  for (;;) {
+    // Read first, wait after: the session may hold bytes the socket no longer shows.
+    std::span<char> room = in.space(in.wanted());
+    int n, e = 0;
+    {
+      std::lock_guard lock(s->mu);
+      ERR_clear_error();
+      n = SSL_read(s->ssl, room.data(), static_cast<int>(std::min<std::size_t>(room.size(), INT_MAX)));
+      if (n <= 0) e = SSL_get_error(s->ssl, n);
+    }
+    if (n > 0) {
+      in.commit(static_cast<std::size_t>(n));
+      status = receive_status::frame;
+      return true;
+    }
+    if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && (errno == 0 || errno == ECONNRESET || errno == EPIPE))) {
+      ERR_clear_error();
+      status = receive_status::closed;
+      return true;
+    }
+    if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
+      throw io_error("manta bridge: the TLS connection broke: " + ssl_errors(std::strerror(errno)));
+    pollfd p[2] = {{fd, static_cast<short>(e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN), 0}, {wake_fd, POLLIN, 0}};
+    const int ready = ::poll(p, wake_fd >= 0 ? 2 : 1, left_ms(until));
+    if (ready == 0) {
+      status = receive_status::timeout;
+      return true;
+    }
+    if (ready < 0 && errno != EINTR) throw io_error(std::string("manta bridge: poll: ") + std::strerror(errno));
+    if (ready > 0 && wake_fd >= 0 && p[1].revents) {
+      status = receive_status::woken;
+      return true;
+    }
+  }
+}
+
+}  // namespace manta::bridge

@@ -1,0 +1,60 @@
+// bridge/tls.hpp: TLS on the bridge's connections (OpenSSL). A head given a
+// certificate and key speaks TLS on every connection; a member does when told
+// (MANTA_TLS_CA: the file of the authority that signed the head's
+// certificate, which is then checked; or MANTA_TLS=1: encrypted, the head's
+// certificate unchecked). The token's challenge-response runs inside TLS as
+// before. Once start_tls succeeded on a socket, send_all and receive
+// (bridge/socket_io) on it go through its session, from any thread.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "bridge/socket_io.hpp"
+#include "bridge/wire.hpp"
+
+struct ssl_ctx_st;
+
+namespace manta::bridge {
+
+class tls_context {
+ public:
+  /// The head's: its certificate chain and private key (PEM files).
+  /// @throws io_error naming the file that could not be used
+  static std::shared_ptr<tls_context> for_head(const std::string& cert_file, const std::string& key_file);
+  /// A member's: `ca_file` (PEM) signs the head's certificate, which must then
+  /// name the address connected to; empty: the certificate is not checked.
+  /// @throws io_error naming the file that could not be used
+  static std::shared_ptr<tls_context> for_member(const std::string& ca_file);
+  ~tls_context();
+  tls_context(const tls_context&) = delete;
+  tls_context& operator=(const tls_context&) = delete;
+
+  ssl_ctx_st* native() const noexcept { return ctx_; }
+  bool checks_head() const noexcept { return checks_head_; }
+
+ private:
+  tls_context() = default;
+  ssl_ctx_st* ctx_ = nullptr;
+  bool checks_head_ = false;
+};
+
+/// A member's TLS from its environment (MANTA_TLS_CA, else MANTA_TLS=1), or
+/// null: plain TCP. @throws io_error if MANTA_TLS_CA names an unusable file
+std::shared_ptr<tls_context> member_tls_from_env();
+
+/// Runs the TLS handshake on connected socket `fd` as the head (accepting) or
+/// a member connecting to `host`. @throws io_error saying why it failed
+void start_tls(int fd, const tls_context& ctx, bool as_head, const std::string& host, io_clock::time_point until);
+
+/// Closes `fd`, forgetting its TLS session first if it has one.
+void close_socket(int fd) noexcept;
+
+// For bridge/socket_io: the same as its functions, through `fd`'s session.
+// Each returns false at once (doing nothing) when `fd` has none.
+bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until);
+bool tls_read_into(int fd, frame_decoder& in, io_clock::time_point until, int wake_fd, receive_status& status);
+
+}  // namespace manta::bridge
