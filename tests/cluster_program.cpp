@@ -97,13 +97,37 @@ int marked_nap(int ms) {
   return 0;
 }
 
+/// An actor whose constructor takes a long value (which the head keeps, to start it again elsewhere).
+struct Holder {
+  explicit Holder(std::vector<double> xs) : n(xs.size()) {}
+  std::size_t size() const { return n; }
+  int host() const { return where(); }
+  std::size_t n;
+};
+
+/// Leaves a mark, then waits (at most 20 s) until `n` marks are there: how
+/// many tasks ran at once. Reads its argument only for its length.
+int together(std::span<const double> xs, int n) {
+  const std::string dir = std::getenv("CLUSTER_DIR");
+  std::ofstream(dir + "/together-" + std::to_string(::getpid()) + "-" + std::to_string(xs.size()));
+  int seen = 0;
+  for (int i = 0; i < 2000 && seen < n; ++i) {
+    seen = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      seen += e.path().filename().string().rfind("together-", 0) == 0;
+    if (seen < n) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return seen;
+}
+
 /// From a worker of the driver's node: a call on an actor that lives on another node.
 int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.task(&Counter::add).remote(x)); }
 
 }  // namespace
 
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
-             bytes_of, add_through, marked_nap);
+             bytes_of, add_through, marked_nap, together);
+MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
             &Counter::absorb, &Counter::count_refs);
 
@@ -425,6 +449,27 @@ void objects() {
     auto seen = manta::get(manta::task(sample_of).resources(on_special).remote(huge), std::chrono::seconds(60));
     check(seen.size() == 4 && seen[0] == 100'000'000 && seen[2] == 7, "a 100 MB stored object is fetched by a node");
   }
+  {
+    // Tasks naming one large object are not held to the remote window by its
+    // size (it goes once per node, not with each): two run at once.
+    auto large = manta::put(std::vector<double>(18'750'000, 1.0));  // 150 MB
+    auto a = manta::task(together).resources(on_special).remote(large, 2);
+    auto b = manta::task(together).resources(on_special).remote(large, 2);
+    check(manta::get(a, std::chrono::seconds(60)) == 2 && manta::get(b, std::chrono::seconds(60)) == 2,
+          "two tasks naming one 150 MB object ran at once");
+    // An actor killed while its call waits for an object: the call fails, nothing is left on the node.
+    auto c = manta::actor<Counter>().resources(on_special).remote(0);
+    manta::get(c.task(&Counter::add).remote(1));
+    auto pending = manta::put(std::vector<double>(300'000, 1.0));
+    auto waits = c.task(&Counter::absorb).remote(pending);
+    manta::kill(c);
+    try {
+      manta::get(waits, std::chrono::seconds(30));
+      check(false, "a call of a killed actor fails");
+    } catch (const manta::actor_died_error& e) {
+      check(true, std::string("a call of a killed actor fails: ") + e.what());
+    }
+  }
   check(wait_for([] { return total(objects_on_nodes()) == 0; }, std::chrono::seconds(20)),
         "once the driver drops its refs, no node holds a copy (" + std::to_string(total(objects_on_nodes())) + ")");
 }
@@ -467,6 +512,38 @@ void actor_lost() {
           std::string("an actor without restarts on the killed node is gone: ") + e.what());
   }
   check(manta::get(other.task(&Counter::add).remote(1)) == 8, "an actor on the other node lives on");
+}
+
+/// An actor whose constructor took a long value starts again on another node.
+void actor_lost_long() {
+  auto holder = manta::actor<Holder>().resources({{"special", 1}}).max_restarts(1).remote(std::vector<double>(1'000'000, 2.0));
+  const int first = manta::get(holder.task(&Holder::host).remote());
+  ::kill(first, SIGKILL);
+  // (A call sent before the head sees the loss goes to the dead node, and fails: wait for it.)
+  check(wait_for([] { return alive_nodes() == 1; }, std::chrono::seconds(20)), "the head saw the node lost");
+  check(manta::get(holder.task(&Holder::size).remote(), std::chrono::seconds(30)) == 1'000'000,
+        "the actor started again with its 8 MB constructor argument");
+  check(manta::get(holder.task(&Holder::host).remote()) != first, "on the other node");
+}
+
+/// A node asks for an object the driver spilled and cannot read back (its
+/// arena full of objects in use): the task fails saying so; the driver goes on.
+void spilled_fetch() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  auto x = manta::put(std::vector<double>(3'750'000, 1.0));  // 30 MB each, in a 64 MB arena
+  auto y = manta::put(std::vector<double>(3'750'000, 2.0));
+  auto y_view = manta::get_view(y);
+  auto z = manta::put(std::vector<double>(3'750'000, 3.0));  // x spills
+  auto z_view = manta::get_view(z);
+  try {
+    manta::get(manta::task(sum_on).resources(on_special).remote(x), std::chrono::seconds(30));
+    check(false, "a task whose object cannot be read back fails");
+  } catch (const manta::error& e) {
+    check(std::string(e.what()).find("could not be fetched") != std::string::npos,
+          std::string("a task whose object cannot be read back fails: ") + e.what());
+  }
+  check(manta::get(manta::task(sum_on).resources(on_special).remote(std::vector<double>(10, 1.0))) == 10.0,
+        "the driver and the cluster go on");
 }
 
 /// Tasks go to the node whose resources an actor does not hold for life.
@@ -695,7 +772,9 @@ int main(int argc, char** argv) {
     return 99;
   }
   if (argc != 3) return 2;
-  manta::init({.num_workers = 1});
+  manta::options o{.num_workers = 1};
+  if (const char* mb = std::getenv("CLUSTER_STORE_MB")) o.object_store_bytes = std::strtoull(mb, nullptr, 10) << 20;
+  manta::init(o);
   const std::size_t want = std::strtoul(argv[2], nullptr, 10);
   // basic: its nodes joined before it started, and init returns knowing them.
   if (std::string(argv[1]) != "basic" && !wait_for([&] { return alive_nodes() >= want; }, std::chrono::seconds(20))) {
@@ -721,6 +800,8 @@ int main(int argc, char** argv) {
   else if (scenario == "actor_holds") actor_holds();
   else if (scenario == "actor_backlog") actor_backlog();
   else if (scenario == "actor_restart_lost") actor_restart_lost();
+  else if (scenario == "actor_lost_long") actor_lost_long();
+  else if (scenario == "spilled_fetch") spilled_fetch();
   else return 2;
   manta::shutdown();
   return failures == 0 ? 0 : 1;

@@ -229,6 +229,16 @@ TEST_F(cluster, an_actor_whose_restart_node_is_lost_too_dies_and_leaves_nothing_
   EXPECT_EQ(with_two_nodes("actor_restart_lost"), std::make_pair(128 + SIGKILL, 128 + SIGKILL));
 }
 
+TEST_F(cluster, an_actor_whose_constructor_took_a_long_value_starts_again_on_another_node) {
+  EXPECT_EQ(with_two_nodes("actor_lost_long"), std::make_pair(0, 128 + SIGKILL));
+}
+
+TEST_F(cluster, a_fetch_of_an_object_the_driver_cannot_read_back_fails_the_task_alone) {
+  ::setenv("CLUSTER_STORE_MB", "64", 1);
+  EXPECT_EQ(with_two_nodes("spilled_fetch"), std::make_pair(0, 0));
+  ::unsetenv("CLUSTER_STORE_MB");
+}
+
 TEST_F(cluster, a_stored_object_goes_to_each_node_once_and_is_freed_there_with_its_last_ref) {
   EXPECT_EQ(with_two_nodes("objects"), std::make_pair(0, 0));
 }

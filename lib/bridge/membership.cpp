@@ -813,8 +813,18 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
         out.push_back({node, frame_type::actor_end, std::make_shared<const std::string>(encode_actor_end({it->first, true}))});
       it = forget_actor(it);
     }
-    // Copies of its objects on nodes go with it.
+    // Copies of its objects on nodes go with it, and fetches it never answered fail.
     const std::string prefix = c.node_id + "/";
+    for (auto it = fetching_.begin(); it != fetching_.end();) {
+      if (it->first.rfind(prefix, 0) != 0) {
+        ++it;
+        continue;
+      }
+      if (auto n = connection_of(it->second, false))
+        out.push_back({n, frame_type::object_lost, std::make_shared<const std::string>(encode_object_note(
+                                                       {it->first, it->second, "its driver left the cluster"}))});
+      it = fetching_.erase(it);
+    }
     for (auto it = directory_.begin(); it != directory_.end();) {
       if (it->first.rfind(prefix, 0) != 0) {
         ++it;
@@ -839,6 +849,7 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
     it->second.erase(c.node_id);
     it = it->second.empty() ? directory_.erase(it) : std::next(it);
   }
+  std::erase_if(fetching_, [&](const auto& f) { return f.second == c.node_id; });
   for (auto it = routed_.begin(); it != routed_.end();) {
     auto following = std::next(it);
     routed_task& r = it->second;
@@ -1033,7 +1044,10 @@ std::shared_ptr<head::connection> head::node_target(const std::shared_ptr<connec
     why = "its node " + t.node + " is not in the cluster";
     return nullptr;
   }
-  if (t.mode == mode_object) directory_[t.object].insert(t.node);
+  if (t.mode == mode_object) {
+    directory_[t.object].insert(t.node);
+    fetching_.erase({t.object, t.node});
+  }
   return node;
 }
 
@@ -1045,6 +1059,7 @@ void head::route_object_note(const connection& from, frame_type type, std::strin
     note.node = from.node_id;  // (the asker is who the head says it is)
     if (auto driver = connection_of(owner, true)) {
       out.push_back({driver, type, std::make_shared<const std::string>(encode_object_note(note))});
+      fetching_.insert({note.object, note.node});
     } else {
       note.why = "its driver " + owner + " left the cluster";
       out.push_back({connection_of(from.node_id, false), frame_type::object_lost,
@@ -1055,6 +1070,7 @@ void head::route_object_note(const connection& from, frame_type type, std::strin
   }
   if (owner != from.node_id) return;  // only its own driver speaks for an object
   if (type == frame_type::object_lost) {
+    fetching_.erase({note.object, note.node});
     if (auto node = connection_of(note.node, false)) out.push_back({node, type, std::make_shared<const std::string>(body)});
     return;
   }

@@ -220,6 +220,9 @@ class head {
   /// The object directory: for each driver's object sent to nodes, the nodes
   /// holding a copy (told when the driver frees it, or leaves).
   std::map<std::string, std::set<std::string>> directory_;
+  /// Fetches passed to drivers and not answered yet: (object key, asking node).
+  /// A driver that leaves answers its own with object_lost, through the head.
+  std::set<std::pair<std::string, std::string>> fetching_;
   std::uint64_t next_task_ = 0;
   std::uint64_t kept_bytes_ = 0;  ///< of every routed task's frames
   mutable std::uint64_t table_version_ = 0;

@@ -607,8 +607,9 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   // calls wait behind it, so calls still run in order).
   object_table objects;
   std::map<std::string, std::string> unstarted;  ///< actors whose constructor failed here: why (until their end)
-  std::deque<bridge::remote_task> parked;
+  std::deque<arrival> parked;  ///< tasks, and ends of actors with a parked task
   std::set<std::string> requested, parked_actors;
+  auto actor_of = [](const arrival& a) -> const std::string& { return a.end ? a.end->actor : a.task.actor; };
   bool lost = false;
   // A task that failed because this node's processes are gone is not answered:
   // the node leaves, and the head runs it elsewhere.
@@ -635,42 +636,55 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       else answer(std::move(o));
     }
   };
-  auto park = [&](bridge::remote_task&& t) {
-    for (const auto& key : t.objects) {
+  auto park = [&](arrival&& a) {
+    for (const auto& key : a.task.objects) {
       if (objects.count(key) || !requested.insert(key).second) continue;
       try {
         link.send(bridge::frame_type::fetch_object, bridge::encode_object_note({key, {}, {}}));
       } catch (const std::exception&) {  // the link broke: its callback says why
       }
     }
-    if (!t.actor.empty()) parked_actors.insert(t.actor);
-    parked.push_back(std::move(t));
+    if (!actor_of(a).empty()) parked_actors.insert(actor_of(a));
+    parked.push_back(std::move(a));
   };
-  // Submits the parked tasks whose objects are all here, in order.
+  auto end_one = [&](const bridge::actor_end& e) {
+    end_actor(rt, actors, e);
+    unstarted.erase(e.actor);
+  };
+  // Takes out the parked tasks whose objects are all here, in order: plain
+  // ones go back to the front of `waiting` (under the cap), actors' work now.
   auto unpark = [&] {
-    std::deque<bridge::remote_task> still;
-    std::vector<bridge::remote_task> go;
+    std::deque<arrival> still;
+    std::vector<arrival> go;
     std::set<std::string> blocked;
-    for (auto& t : parked) {
-      if (!has_objects(t, objects) || (!t.actor.empty() && blocked.count(t.actor))) {
-        if (!t.actor.empty()) blocked.insert(t.actor);
-        still.push_back(std::move(t));
+    for (auto& a : parked) {
+      const std::string& actor = actor_of(a);
+      if ((!a.end && !has_objects(a.task, objects)) || (!actor.empty() && blocked.count(actor))) {
+        if (!actor.empty()) blocked.insert(actor);
+        still.push_back(std::move(a));
       } else {
-        go.push_back(std::move(t));
+        go.push_back(std::move(a));
       }
     }
     parked = std::move(still);
     parked_actors = std::move(blocked);
-    for (const auto& t : go) submit_one(t);
+    for (auto it = go.rbegin(); it != go.rend(); ++it)
+      if (actor_of(*it).empty()) waiting.push_front(std::move(*it));
+    for (auto& a : go) {
+      if (a.end) end_one(*a.end);
+      else if (!a.task.actor.empty()) submit_one(a.task);
+    }
+  };
+  auto fail_parked = [&](const arrival& a, ipc::error_kind kind, const char* type, const std::string& message) {
+    if (!a.end) answer(failed_outcome(a.task.id, {kind, type, message, a.task.name, {}, ::getpid(), 0, {}}));
   };
   // An object cannot come: the parked tasks that need it fail.
   auto object_lost = [&](const std::string& key, const std::string& why) {
     requested.erase(key);
-    std::erase_if(parked, [&](const bridge::remote_task& t) {
-      if (std::find(t.objects.begin(), t.objects.end(), key) == t.objects.end()) return false;
-      answer(failed_outcome(t.id, {ipc::error_kind::node_died, "manta::node_died_error",
-                                   "manta: task '" + t.name + "' needs object " + key + ", which could not be fetched: " + why,
-                                   t.name, {}, ::getpid(), 0, {}}));
+    std::erase_if(parked, [&](const arrival& a) {
+      if (a.end || std::find(a.task.objects.begin(), a.task.objects.end(), key) == a.task.objects.end()) return false;
+      fail_parked(a, ipc::error_kind::node_died, "manta::node_died_error",
+                  "manta: task '" + a.task.name + "' needs object " + key + ", which could not be fetched: " + why);
       return true;
     });
   };
@@ -736,7 +750,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         cancelled();
         continue;
       }
-      auto waits = std::find_if(parked.begin(), parked.end(), [&](const bridge::remote_task& t) { return t.id == id; });
+      auto waits = std::find_if(parked.begin(), parked.end(), is_it);
       if (waits != parked.end()) {
         parked.erase(waits);
         cancelled();
@@ -764,14 +778,23 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     }
     process::context_use use;
     for (auto& a : arrived) {
-      if (a.end) {
-        end_actor(rt, actors, *a.end);
-        unstarted.erase(a.end->actor);
-        continue;
+      if (a.end && parked_actors.count(a.end->actor) && a.end->kill) {
+        // Killed while its constructor or calls wait for objects: they never run.
+        std::erase_if(parked, [&](const arrival& p) {
+          if (actor_of(p) != a.end->actor) return false;
+          fail_parked(p, ipc::error_kind::actor_died, "manta::actor_died_error",
+                      "manta: actor call '" + p.task.name + "' did not run: its actor was killed");
+          return true;
+        });
+        parked_actors.erase(a.end->actor);
+        end_one(*a.end);
+      } else if (a.end && !parked_actors.count(a.end->actor)) {
+        end_one(*a.end);
+      } else if (!a.end && has_objects(a.task, objects) && !(!a.task.actor.empty() && parked_actors.count(a.task.actor))) {
+        submit_one(a.task);
+      } else {
+        park(std::move(a));  // (an end: behind its actor's parked calls)
       }
-      bridge::remote_task& t = a.task;
-      if (!has_objects(t, objects) || (!t.actor.empty() && parked_actors.count(t.actor))) park(std::move(t));
-      else submit_one(t);
     }
     auto sealed = [](const job& j) {
       return std::all_of(j.returns.begin(), j.returns.end(),

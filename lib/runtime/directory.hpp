@@ -84,6 +84,15 @@ class task_graph;
 /// goes in a loop, not 100,000 stack frames.
 void free_entry(object_entry* e) noexcept;
 
+/// Stored arguments at least this long go to a node of the cluster by
+/// reference (fetched once per node); shorter ones travel inside each task.
+inline constexpr std::uint64_t by_reference_bytes = 1u << 20;
+/// Whether argument `e` of a remote task in `mode` goes by reference. Not an
+/// actor's constructor's: the head keeps that whole, to start the actor again.
+inline bool by_reference(const object_entry& e, detail::call_mode mode) {
+  return e.large && e.size >= by_reference_bytes && mode != detail::call_mode::construct;
+}
+
 class directory {
  public:
   /// @param epoch  the runtime's generation, in every id and entry it makes

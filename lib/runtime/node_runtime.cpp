@@ -273,11 +273,13 @@ void node_runtime::begin_stop() {
 void node_runtime::finish_stop() {
   if (stopped_) return;
   stopped_ = true;
+  std::unique_ptr<cluster_driver> cluster;
   {
     std::lock_guard lock(mu_);
     sched_->stopping();
+    cluster = std::move(cluster_);  // (under mu_: threads freeing objects read it there)
   }
-  cluster_.reset();
+  cluster.reset();
   zygote_->stop(5);  // it kills and reaps every process, then exits
   output_->stop();   // every writer is dead: the output pipes end with EOF
   // Drop every internal hold; what users still hold becomes an orphan.
@@ -372,10 +374,6 @@ std::vector<manta::node_info> node_runtime::cluster_nodes() {
 }
 
 namespace {
-/// Stored arguments at least this long go to a node by reference, fetched
-/// once per node; shorter ones travel inside each task.
-constexpr std::uint64_t by_reference = 1u << 20;
-
 /// An object's key in the cluster: its driver's id, then its id.
 std::string object_key(const std::string& driver, const object_id& id) {
   char text[48];
@@ -406,9 +404,12 @@ void node_runtime::send_object(const bridge::object_note& ask) {
     cluster_->send_control(bridge::frame_type::object_lost, bridge::encode_object_note({ask.object, ask.node, why}));
   };
   const std::optional<object_id> id = id_of_key(ask.object, cluster_->id());
-  object_entry* e = id ? dir_->find(*id) : nullptr;
+  object_entry* e = id ? dir_->acquire(*id) : nullptr;  // counted: a user thread may drop the last ref meanwhile
   if (!e) return lost("it was freed");
-  if (e->status() != state_ready) return lost("it is not a sealed value");
+  if (e->status() != state_ready) {
+    detail::release(e);
+    return lost("it is not a sealed value");
+  }
   bridge::remote_task out;
   out.name = "object " + ask.object;
   out.mode = bridge::mode_object;
@@ -417,10 +418,14 @@ void node_runtime::send_object(const bridge::object_note& ask) {
   out.object = ask.object;
   process::append_arg_header(out.args, process::arg_kind::value, e->type_tag, static_cast<std::uint32_t>(e->size));
   std::vector<cluster_driver::held_argument> held;
-  held.reserve(1);  // (no allocation between a pin and its record)
-  store_->pin(e);  // back from the spill file, if it is there
-  detail::acquire(e);
-  held.push_back({out.args.size(), {reinterpret_cast<const char*>(e->data()), e->size}, e});
+  try {
+    held.reserve(1);  // (no allocation between a pin and its record)
+    store_->pin(e);  // back from the spill file, if it is there (which may fail: the arena full)
+  } catch (const std::exception& ex) {
+    detail::release(e);
+    return lost(std::string("it could not be read: ") + ex.what());
+  }
+  held.push_back({out.args.size(), {reinterpret_cast<const char*>(e->data()), e->size}, e});  // (its count: the held one)
   cluster_->send(std::move(out), std::move(held));  // (gives them back itself if it cannot go)
 }
 
@@ -428,6 +433,9 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   auto refuse = [&](ipc::error_kind kind, const char* type, std::string message) {
     return ipc::error_info{kind, type, std::move(message), t.name(), {}, 0, 0, {}};
   };
+  if (!cluster_)  // (shutting down: the link is gone)
+    return refuse(ipc::error_kind::node_died, "manta::node_died_error",
+                  "manta: task '" + t.name() + "' needs another node, and this runtime left its cluster");
   if (!t.contained.empty())
     return refuse(ipc::error_kind::usage, "manta::usage_error",
                   "manta: task '" + t.name() + "' needs another node, and its arguments hold object_refs or actor "
@@ -463,7 +471,7 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   const std::uint64_t limit = bridge::max_long_body - (1u << 20);
   std::uint64_t total = t.args.size();
   for (auto* e : t.deps) {
-    total += e->size;
+    if (!by_reference(*e, t.mode)) total += e->size;  // (one by reference travels on its own)
     if (e->size > std::numeric_limits<std::uint32_t>::max())
       return refuse(ipc::error_kind::usage, "manta::usage_error",
                     "manta: task '" + t.name() + "' has an argument of " + std::to_string(e->size) +
@@ -486,7 +494,7 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
         return;
       }
       object_entry* e = t.deps[a.size_or_index];
-      if (e->large && e->size >= by_reference) {
+      if (by_reference(*e, t.mode)) {
         // By its key: the node fetches it once (on_nodes: it hears when it is freed).
         e->on_nodes = true;
         process::append_arg_header(out.args, process::arg_kind::ref, a.tag, static_cast<std::uint32_t>(out.objects.size()));

@@ -87,10 +87,12 @@ void scheduler::enqueue(task_spec* t) {
 }
 
 namespace {
-/// The bytes a remote task carries: its blob, and its stored arguments as values.
+/// The bytes a remote task carries: its blob, and its stored arguments sent as
+/// values (one sent by reference travels once per node, not with the task).
 std::size_t carried_bytes(const task_spec& t) {
   std::size_t n = t.args.size();
-  for (const object_entry* e : t.deps) n += e->size;
+  for (const object_entry* e : t.deps)
+    if (!by_reference(*e, t.mode)) n += e->size;
   return n;
 }
 }  // namespace
