@@ -120,13 +120,19 @@ int together(std::span<const double> xs, int n) {
   return seen;
 }
 
+/// Sleeps, then says where it ran (its argument only names an object).
+int nap_with(std::span<const double> xs, int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms + static_cast<int>(xs.size() % 2)));
+  return where();
+}
+
 /// From a worker of the driver's node: a call on an actor that lives on another node.
 int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.task(&Counter::add).remote(x)); }
 
 }  // namespace
 
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
-             bytes_of, add_through, marked_nap, together);
+             bytes_of, add_through, marked_nap, together, nap_with);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
             &Counter::absorb, &Counter::count_refs);
@@ -426,6 +432,15 @@ int total(const std::map<std::string, int>& counts) {
 /// waiting for one keep their order; freed here, it is freed there.
 void objects() {
   const std::map<std::string, double> on_special{{"special", 1}};
+  {
+    // Tasks go where their objects are, while that node has a CPU free.
+    auto k = manta::put(std::vector<double>(200'000, 1.0));  // 1.6 MB: by reference
+    const int x = manta::get(manta::task(nap_with).resources(on_special).remote(k, 0));
+    auto one = manta::task(nap_with).resources(on_special).remote(k, 300);
+    auto two = manta::task(nap_with).resources(on_special).remote(k, 300);
+    check(manta::get(one) == x && manta::get(two) == x,
+          "two tasks naming an object a node holds both ran there (it has 2 CPUs)");
+  }
   {
     auto shared = manta::put(std::vector<double>(1'000'000, 0.5));  // 8 MB: by reference
     std::vector<manta::object_ref<double>> sums;

@@ -555,10 +555,12 @@ constexpr std::uint8_t kind_node_died = 6;
 std::shared_ptr<head::connection> head::place(const routed_task& t, std::string& why) {
   // The least loaded node whose resources, less what its actors hold for
   // life, cover what `t` asks; failing that, the least loaded whose totals do
-  // (`t` waits there until its actors give some back).
+  // (`t` waits there until its actors give some back). Among nodes with a CPU
+  // free, one that holds more of the objects `t` names comes first.
   std::shared_ptr<connection> best;
   double best_load = 0;
   bool best_has_room = false;
+  std::size_t best_held = 0;
   std::string first_lack;
   bool any_fits = false;
   for (const auto& n : nodes_) {
@@ -578,10 +580,17 @@ std::shared_ptr<head::connection> head::place(const routed_task& t, std::string&
     const bool has_room = lacking(free, t.num_cpus, t.num_gpus, t.resources).empty();
     auto cpus = n.info.resources.find("CPU");
     double load = (running_[n.id] + hosted_[n.id]) / std::max(1.0, cpus == n.info.resources.end() ? 1.0 : cpus->second);
-    if (!best || (has_room && !best_has_room) || (has_room == best_has_room && load < best_load)) {
+    std::size_t held = 0;
+    if (load < 1)
+      for (const auto& key : t.objects)
+        if (auto d = directory_.find(key); d != directory_.end() && d->second.count(n.id)) ++held;
+    const bool better = !best || (has_room && !best_has_room) ||
+                        (has_room == best_has_room && (held > best_held || (held == best_held && load < best_load)));
+    if (better) {
       best = *c;
       best_load = load;
       best_has_room = has_room;
+      best_held = held;
     }
   }
   if (!best)
@@ -621,6 +630,7 @@ head::routed_task head::routed_from(const std::shared_ptr<connection>& driver, c
   r.num_cpus = t.num_cpus;
   r.num_gpus = t.num_gpus;
   r.resources = t.resources;
+  r.objects = t.objects;
   r.retries_left = t.max_retries < 0 ? std::numeric_limits<int>::max() : t.max_retries;  // negative: no limit
   return r;
 }
@@ -656,6 +666,8 @@ void head::forward(routed_task& r, const std::shared_ptr<connection>& node, std:
   r.node = node->node_id;
   r.node_connection = node;
   ++running_[r.node];
+  // The node fetches what it lacks of these now: later tasks naming them find them there.
+  for (const auto& key : r.objects) directory_[key].insert(r.node);
   for (const auto& [type, body] : r.frames) out.push_back({node, type, body, true});
 }
 

@@ -121,6 +121,7 @@ class head {
     double num_cpus = 1, num_gpus = 0;
     std::map<std::string, double> resources;
     int retries_left = 0;  ///< on the loss of its node
+    std::vector<std::string> objects;  ///< the stored objects it names (remote_task::objects)
     std::string actor;     ///< an actor's constructor or call: the actor's key
     bool method = false;   ///< an actor's call (never sent again: the actor's state went with its node)
   };
