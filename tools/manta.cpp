@@ -1,6 +1,7 @@
 // tools/manta.cpp: the manta command line. It talks to a running runtime over
 // its control socket (observe/control_socket.hpp): status, memory, timeline,
 // dashboard.
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -149,6 +150,9 @@ void add_target(CLI::App* cmd, target& t) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A head that goes while this tool writes to it must not end the tool
+  // silently (OpenSSL's TLS writes do not ask the kernel to spare it).
+  ::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"manta: see what a running manta program does, and start and stop a cluster's head"};
   app.require_subcommand(1);
   target t;

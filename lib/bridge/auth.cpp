@@ -10,6 +10,7 @@
 #include <openssl/rand.h>
 
 #include "bridge/socket_io.hpp"
+#include "bridge/tls.hpp"
 #include "bridge/wire.hpp"
 
 namespace manta::bridge {
@@ -28,10 +29,16 @@ nonce fresh_nonce() {
   return n;
 }
 
-std::string proof(const std::string& token, std::string_view role, const nonce& first, const nonce& second) {
+/// HMAC-SHA256(token, role | first | second | binding). `binding` is the TLS
+/// session's exported keying material (empty on plain TCP): a proof made in
+/// one TLS session is worthless in another, so a relay between two sessions
+/// (a man in the middle who skipped no check but the certificate's) fails.
+std::string proof(const std::string& token, std::string_view role, const nonce& first, const nonce& second,
+                  const std::string& binding) {
   std::string message(role);
   message.append(reinterpret_cast<const char*>(first.data()), first.size());
   message.append(reinterpret_cast<const char*>(second.data()), second.size());
+  message += binding;
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   if (!HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
@@ -88,6 +95,7 @@ void authenticate_to_head(int fd, const std::string& token, std::chrono::millise
 
 void authenticate_peer(int fd, const std::string& token, frame_decoder& in, std::chrono::milliseconds timeout) {
   const auto until = clock_type::now() + timeout;
+  const std::string binding = tls_binding(fd);
   const nonce ours = fresh_nonce();
   send_all(fd, encode(frame_type::challenge, bytes_of(ours)), until);
   in.set_limit(max_handshake_body);
@@ -103,14 +111,15 @@ void authenticate_peer(int fd, const std::string& token, frame_decoder& in, std:
     refuse("the first frame was not a proof of the cluster token");
   nonce theirs{};
   std::memcpy(theirs.data(), f.body.data(), nonce_bytes);
-  if (!same_secret(std::string_view(f.body).substr(nonce_bytes), proof(token, "peer", ours, theirs)))
-    refuse("wrong cluster token");
-  send_all(fd, encode(frame_type::welcome, proof(token, "head", theirs, ours)), until);
+  if (!same_secret(std::string_view(f.body).substr(nonce_bytes), proof(token, "peer", ours, theirs, binding)))
+    refuse(binding.empty() ? "wrong cluster token" : "wrong cluster token, or a proof made in another TLS session");
+  send_all(fd, encode(frame_type::welcome, proof(token, "head", theirs, ours, binding)), until);
   in.set_limit(max_frame_body);
 }
 
 void authenticate_to_head(int fd, const std::string& token, frame_decoder& in, std::chrono::milliseconds timeout) {
   const auto until = clock_type::now() + timeout;
+  const std::string binding = tls_binding(fd);
   in.set_limit(max_handshake_body);
   frame f = receive(fd, in, until);
   if (f.type != frame_type::challenge || f.body.size() != nonce_bytes)
@@ -119,11 +128,11 @@ void authenticate_to_head(int fd, const std::string& token, frame_decoder& in, s
   std::memcpy(head.data(), f.body.data(), nonce_bytes);
   const nonce ours = fresh_nonce();
   std::string body(bytes_of(ours));
-  body += proof(token, "peer", head, ours);
+  body += proof(token, "peer", head, ours, binding);
   send_all(fd, encode(frame_type::proof, body), until);
   f = receive(fd, in, until);
   if (f.type == frame_type::refused) throw auth_error("manta bridge: the head refused this peer: " + f.body);
-  if (f.type != frame_type::welcome || !same_secret(f.body, proof(token, "head", ours, head)))
+  if (f.type != frame_type::welcome || !same_secret(f.body, proof(token, "head", ours, head, binding)))
     throw auth_error("manta bridge: the head did not prove it knows the cluster token");
   in.set_limit(max_frame_body);
 }

@@ -80,7 +80,9 @@ std::shared_ptr<tls_context> tls_context::for_head(const std::string& cert_file,
   c->ctx_ = SSL_CTX_new(TLS_server_method());
   if (!c->ctx_) throw io_error("manta bridge: TLS: " + ssl_errors("no context"));
   SSL_CTX_set_min_proto_version(c->ctx_, TLS1_2_VERSION);
-  SSL_CTX_set_options(c->ctx_, SSL_OP_IGNORE_UNEXPECTED_EOF);  // a peer that closes is gone, not an attack
+  // A peer that closes is gone, not an attack; and no renegotiation: a write
+  // that must read would wait while the session's reader takes the bytes.
+  SSL_CTX_set_options(c->ctx_, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);
   if (SSL_CTX_use_certificate_chain_file(c->ctx_, cert_file.c_str()) != 1)
     throw io_error("manta bridge: TLS: cannot use the certificate " + cert_file + ": " + ssl_errors("unreadable"));
   if (SSL_CTX_use_PrivateKey_file(c->ctx_, key_file.c_str(), SSL_FILETYPE_PEM) != 1)
@@ -95,7 +97,7 @@ std::shared_ptr<tls_context> tls_context::for_member(const std::string& ca_file)
   c->ctx_ = SSL_CTX_new(TLS_client_method());
   if (!c->ctx_) throw io_error("manta bridge: TLS: " + ssl_errors("no context"));
   SSL_CTX_set_min_proto_version(c->ctx_, TLS1_2_VERSION);
-  SSL_CTX_set_options(c->ctx_, SSL_OP_IGNORE_UNEXPECTED_EOF);
+  SSL_CTX_set_options(c->ctx_, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);
   if (!ca_file.empty()) {
     if (SSL_CTX_load_verify_locations(c->ctx_, ca_file.c_str(), nullptr) != 1)
       throw io_error("manta bridge: TLS: cannot use the authority " + ca_file + ": " + ssl_errors("unreadable"));
@@ -122,8 +124,9 @@ void start_tls(int fd, const tls_context& ctx, bool as_head, const std::string& 
     // The head's certificate must name what was connected to: an address, or a host name.
     in6_addr any;
     const bool address = ::inet_pton(AF_INET, host.c_str(), &any) == 1 || ::inet_pton(AF_INET6, host.c_str(), &any) == 1;
-    if (address) X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(s->ssl), host.c_str());
-    else SSL_set1_host(s->ssl, host.c_str());
+    const int named = address ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(s->ssl), host.c_str())
+                              : SSL_set1_host(s->ssl, host.c_str());
+    if (named != 1) throw io_error("manta bridge: TLS: cannot check the head's certificate for " + host);
   }
   if (!as_head && !host.empty()) SSL_set_tlsext_host_name(s->ssl, host.c_str());
   for (;;) {
@@ -135,18 +138,31 @@ void start_tls(int fd, const tls_context& ctx, bool as_head, const std::string& 
       if (!wait_for(fd, e, until)) throw io_error("manta bridge: the TLS handshake timed out");
       continue;
     }
-    std::string why = ssl_errors(e == SSL_ERROR_SYSCALL ? "the other side closed the connection"
-                                 : as_head             ? "the peer speaks no TLS"
-                                                       : "the head speaks no TLS");
+    const bool closed = e == SSL_ERROR_SYSCALL || e == SSL_ERROR_ZERO_RETURN;
+    std::string why = ssl_errors(closed ? "the other side closed the connection"
+                                 : as_head ? "the peer speaks no TLS"
+                                           : "the head speaks no TLS");
     const bool rejected = !as_head && ctx.checks_head() && SSL_get_verify_result(s->ssl) != X509_V_OK;
     if (rejected)
       why = std::string("the head's certificate: ") + X509_verify_cert_error_string(SSL_get_verify_result(s->ssl));
+    const bool hint = !as_head && !rejected && e == SSL_ERROR_SSL;
     throw io_error("manta bridge: the TLS handshake with " + (host.empty() ? std::string("a peer") : host) +
-                   " failed (" + why + ")" + (as_head || rejected ? "" : "; was the head started with --tls-cert?"));
+                   " failed (" + why + ")" + (hint ? "; was the head started with --tls-cert?" : ""));
   }
   std::lock_guard lock(registry_mu);
-  registry()[fd] = std::move(s);
-  session_count.fetch_add(1, std::memory_order_release);
+  auto [it, fresh] = registry().insert_or_assign(fd, std::move(s));
+  if (fresh) session_count.fetch_add(1, std::memory_order_release);
+}
+
+std::string tls_binding(int fd) {
+  std::shared_ptr<session> s = session_of(fd);
+  if (!s) return {};
+  static constexpr char label[] = "EXPORTER-manta-cluster-token";
+  unsigned char out[32];
+  std::lock_guard lock(s->mu);
+  if (SSL_export_keying_material(s->ssl, out, sizeof out, label, sizeof label - 1, nullptr, 0, 0) != 1)
+    throw io_error("manta bridge: TLS: no keying material to bind the token to: " + ssl_errors("export failed"));
+  return {reinterpret_cast<const char*>(out), sizeof out};
 }
 
 void close_socket(int fd) noexcept {
@@ -161,7 +177,20 @@ void close_socket(int fd) noexcept {
 bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until) {
   std::shared_ptr<session> s = session_of(fd);
   if (!s) return false;
-  for (std::string_view piece : pieces) {
+  // Small pieces (a batch of frames) go as one record, not one each.
+  std::string joined;
+  std::span<const std::string_view> what = pieces;
+  std::string_view one;
+  if (std::size_t total = 0; pieces.size() > 1) {
+    for (std::string_view p : pieces) total += p.size();
+    if (total <= (64u << 10)) {
+      joined.reserve(total);
+      for (std::string_view p : pieces) joined += p;
+      one = joined;
+      what = std::span<const std::string_view>(&one, 1);
+    }
+  }
+  for (std::string_view piece : what) {
     for (std::size_t at = 0; at < piece.size();) {
       // The same length again after a WANT_*: OpenSSL requires the retry to match.
       const int chunk = static_cast<int>(std::min<std::size_t>(piece.size() - at, 1u << 20));
@@ -190,6 +219,13 @@ bool tls_read_into(int fd, frame_decoder& in, io_clock::time_point until, int wa
   std::shared_ptr<session> s = session_of(fd);
   if (!s) return false;
   for (;;) {
+    if (wake_fd >= 0) {  // asked to stop: before reading on, as the plain path does
+      pollfd w{wake_fd, POLLIN, 0};
+      if (::poll(&w, 1, 0) > 0) {
+        status = receive_status::woken;
+        return true;
+      }
+    }
     // Read first, wait after: the session may hold bytes the socket no longer shows.
     std::span<char> room = in.space(in.wanted());
     int n, e = 0;

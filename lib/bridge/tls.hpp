@@ -49,6 +49,10 @@ std::shared_ptr<tls_context> member_tls_from_env();
 /// a member connecting to `host`. @throws io_error saying why it failed
 void start_tls(int fd, const tls_context& ctx, bool as_head, const std::string& host, io_clock::time_point until);
 
+/// 32 bytes of keying material exported from `fd`'s TLS session (RFC 5705),
+/// the same on both ends of one session and no other; empty without TLS.
+std::string tls_binding(int fd);
+
 /// Closes `fd`, forgetting its TLS session first if it has one.
 void close_socket(int fd) noexcept;
 

@@ -145,6 +145,10 @@ void init(const options& opts) {
   cluster_role role = role_of(opts);
   runtime::node_runtime* serving = nullptr;
   std::string token;
+  if (role.launch && (std::getenv("MANTA_TLS") || std::getenv("MANTA_TLS_CA")))
+    throw usage_error("manta: MANTA_TLS / MANTA_TLS_CA are set, but the head that rank 0 of " + role.launch->launcher +
+                      " hosts speaks plain TCP (TLS needs a head started by manta start --head --tls-cert); "
+                      "unset them");
   if (role.launch && role.launch->rank != 0) {
     // A node of a launch: rank 0's head first (no thread of manta's runs yet).
     std::tie(role.serve, token) = runtime::wait_for_launch_head(*role.launch, launch_dir(opts));

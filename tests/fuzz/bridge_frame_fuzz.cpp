@@ -40,9 +40,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           if (decode_task(std::string(f->body)).args != t.args) __builtin_trap();
           remote_task t2 = decode_task(encode_task(t));
           if (t2.id != t.id || t2.args != t.args || t2.name != t.name || t2.resources != t.resources ||
-              t2.actor != t.actor || (!t.actor.empty() && t2.max_restarts != t.max_restarts))
+              t2.actor != t.actor || (!t.actor.empty() && t2.max_restarts != t.max_restarts) ||
+              t2.objects != t.objects || t2.node != t.node || t2.object != t.object)
             __builtin_trap();
           if (peek_id(with_id(f->body, 7)) != 7) __builtin_trap();
+        } catch (const wire_error&) {
+        }
+        try {
+          const object_note n = decode_object_note(f->body);
+          const object_note again_note = decode_object_note(encode_object_note(n));
+          if (again_note.object != n.object || again_note.node != n.node || again_note.why != n.why) __builtin_trap();
         } catch (const wire_error&) {
         }
         try {
