@@ -27,8 +27,11 @@ namespace {
 struct session {
   SSL* ssl = nullptr;
   std::mutex mu;
+  bool closed = false;  ///< its socket was closed: a thread still holding it must not use the number again
   ~session() { SSL_free(ssl); }
 };
+
+[[noreturn]] void closed_under_us() { throw io_error("manta bridge: the TLS connection was closed"); }
 
 std::mutex registry_mu;
 std::unordered_map<int, std::shared_ptr<session>>& registry() {
@@ -167,9 +170,18 @@ std::string tls_binding(int fd) {
 
 void close_socket(int fd) noexcept {
   if (fd < 0) return;
+  std::shared_ptr<session> s;
   if (session_count.load(std::memory_order_acquire) != 0) {
     std::lock_guard lock(registry_mu);
-    if (registry().erase(fd)) session_count.fetch_sub(1, std::memory_order_release);
+    if (auto it = registry().find(fd); it != registry().end()) {
+      s = std::move(it->second);
+      registry().erase(it);
+      session_count.fetch_sub(1, std::memory_order_release);
+    }
+  }
+  if (s) {  // (the number may be reused once closed: nobody may write through it after)
+    std::lock_guard lock(s->mu);
+    s->closed = true;
   }
   ::close(fd);
 }
@@ -197,6 +209,7 @@ bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::ti
       int n, e = 0;
       {
         std::lock_guard lock(s->mu);
+        if (s->closed) closed_under_us();
         ERR_clear_error();
         n = SSL_write(s->ssl, piece.data() + at, chunk);
         if (n <= 0) e = SSL_get_error(s->ssl, n);
@@ -231,6 +244,7 @@ bool tls_read_into(int fd, frame_decoder& in, io_clock::time_point until, int wa
     int n, e = 0;
     {
       std::lock_guard lock(s->mu);
+      if (s->closed) closed_under_us();
       ERR_clear_error();
       n = SSL_read(s->ssl, room.data(), static_cast<int>(std::min<std::size_t>(room.size(), INT_MAX)));
       if (n <= 0) e = SSL_get_error(s->ssl, n);
