@@ -561,6 +561,54 @@ void spilled_fetch() {
         "the driver and the cluster go on");
 }
 
+/// Whether the mark `name` is in CLUSTER_DIR, waiting for it up to `limit`.
+bool marked(const std::string& name, std::chrono::seconds limit) {
+  const std::string path = std::string(std::getenv("CLUSTER_DIR")) + "/" + name;
+  return wait_for([&] { return std::filesystem::exists(path); }, limit);
+}
+void mark(const std::string& name) { std::ofstream(std::string(std::getenv("CLUSTER_DIR")) + "/" + name); }
+
+/// Two drivers share a named actor that lives on a node: the owner starts it...
+void named_owner() {
+  auto shared = manta::actor<Counter>().resources({{"special", 1}}).name("shared").remote(0);
+  check(manta::get(shared.task(&Counter::add).remote(1)) == 1, "the owner's named actor counts");
+  mark("owner-ready");
+  check(marked("user-done", std::chrono::seconds(60)), "the other driver used it");
+  check(manta::get(shared.task(&Counter::add).remote(0)) == 11,
+        "the owner sees the other driver's calls, and the actor outlived its handles there");
+}
+
+/// ... and the user finds it by name.
+void named_user() {
+  check(marked("owner-ready", std::chrono::seconds(60)), "the owner started its actor");
+  {
+    auto found = manta::get_actor<Counter>("shared");
+    check(manta::get(found.task(&Counter::add).remote(5)) == 6 && manta::get(found.task(&Counter::add).remote(5)) == 11,
+          "get_actor finds another driver's actor on the cluster, and its calls run there");
+  }
+  try {
+    manta::get_actor<Counter>("nobody");
+    check(false, "an unknown name is refused");
+  } catch (const manta::usage_error& e) {
+    check(true, std::string("an unknown name is refused: ") + e.what());
+  }
+  try {
+    manta::get_actor<Holder>("shared");
+    check(false, "the wrong class is refused");
+  } catch (const manta::usage_error& e) {
+    check(std::string(e.what()).find("not a") != std::string::npos, std::string("the wrong class is refused: ") + e.what());
+  }
+  auto twin = manta::actor<Counter>().resources({{"special", 1}}).name("shared").remote(0);
+  try {
+    manta::get(twin.task(&Counter::add).remote(1), std::chrono::seconds(30));
+    check(false, "a second actor of the same name is refused");
+  } catch (const manta::actor_died_error& e) {
+    check(std::string(e.what()).find("taken in the cluster") != std::string::npos,
+          std::string("a second actor of the same name is refused: ") + e.what());
+  }
+  mark("user-done");
+}
+
 /// Tasks go to the node whose resources an actor does not hold for life.
 void actor_holds() {
   auto holder = manta::actor<Counter>().resources({{"special", 2}}).remote(0);
@@ -817,6 +865,8 @@ int main(int argc, char** argv) {
   else if (scenario == "actor_restart_lost") actor_restart_lost();
   else if (scenario == "actor_lost_long") actor_lost_long();
   else if (scenario == "spilled_fetch") spilled_fetch();
+  else if (scenario == "named_owner") named_owner();
+  else if (scenario == "named_user") named_user();
   else return 2;
   manta::shutdown();
   return failures == 0 ? 0 : 1;

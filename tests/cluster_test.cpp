@@ -239,6 +239,18 @@ TEST_F(cluster, a_fetch_of_an_object_the_driver_cannot_read_back_fails_the_task_
   ::unsetenv("CLUSTER_STORE_MB");
 }
 
+TEST_F(cluster, a_named_actor_on_a_node_is_found_and_called_by_another_driver) {
+  pid_t node = member(true, {"special"}, "node-1.log");
+  pid_t owner = member(false, {"named_owner", "1"}, "owner.log");
+  pid_t user = member(false, {"named_user", "1"}, "user.log");
+  EXPECT_EQ(finish(user, 120s), 0) << log("user.log");
+  EXPECT_EQ(finish(owner, 120s), 0) << log("owner.log");
+  EXPECT_EQ(log("user.log").find("FAILED"), std::string::npos) << log("user.log");
+  EXPECT_EQ(log("owner.log").find("FAILED"), std::string::npos) << log("owner.log");
+  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  EXPECT_EQ(finish(node, 20s), 0) << log("node-1.log");
+}
+
 TEST_F(cluster, a_stored_object_goes_to_each_node_once_and_is_freed_there_with_its_last_ref) {
   EXPECT_EQ(with_two_nodes("objects"), std::make_pair(0, 0));
 }

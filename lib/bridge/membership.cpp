@@ -446,6 +446,7 @@ void head::serve(std::shared_ptr<connection> c) {
         else if (f.type == frame_type::part) route_part(c, std::move(f.body), out);
         else if (f.type == frame_type::actor_end && driver) end_actor(*c, f.body, out);
         else if (f.type == frame_type::cancel_task && driver) cancel_routed(*c, f.body, out);
+        else if (f.type == frame_type::find_actor && driver) find_named(c, f.body, out);
         else if ((f.type == frame_type::fetch_object && !driver) ||
                  ((f.type == frame_type::object_lost || f.type == frame_type::object_freed) && driver))
           route_object_note(*c, f.type, f.body, out);
@@ -961,19 +962,33 @@ std::shared_ptr<head::connection> head::actor_target(const std::shared_ptr<conne
   r.actor = t.actor;
   r.method = t.mode != mode_construct;
   r.retries_left = 0;  // its actor starts again instead (lose_actors)
-  if (t.actor.rfind(driver->node_id + "/", 0) != 0) {
-    why = "its actor key '" + t.actor + "' is not one of " + driver->node_id + "'s";
-    return nullptr;
-  }
   auto it = actors_.find(t.actor);
-  if (!r.method) {
+  if (!r.method) {  // (any driver may call an actor it found by name; only its own driver starts it)
+    if (t.actor.rfind(driver->node_id + "/", 0) != 0) {
+      why = "its actor key '" + t.actor + "' is not one of " + driver->node_id + "'s";
+      return nullptr;
+    }
     if (it != actors_.end()) {
       why = "an actor '" + t.actor + "' was started already";
       return nullptr;
     }
+    // Refused, it stays in the table as gone: the calls sent behind it learn why.
+    auto refused = [&] {
+      placed_actor& a = actors_[t.actor];
+      a.driver = driver;
+      a.gone = "could not start: " + why;
+      return nullptr;
+    };
+    if (auto named = actor_names_.find(t.actor_name); !t.actor_name.empty() && named != actor_names_.end()) {
+      why = "the name '" + t.actor_name + "' is taken in the cluster (by " + named->second + ")";
+      return refused();
+    }
     std::shared_ptr<connection> node = place(r, why);
-    if (!node) return nullptr;
+    if (!node) return refused();
+    if (!t.actor_name.empty()) actor_names_[t.actor_name] = t.actor;
     placed_actor& a = actors_[t.actor];
+    a.name = t.actor_name;
+    a.class_tag = t.class_tag;
     a.driver = driver;
     a.node = node->node_id;
     a.node_connection = node;
@@ -1032,7 +1047,8 @@ void head::forget_frames(routed_task& r) {
 void head::end_actor(const connection& driver, std::string_view body, std::vector<outgoing>& out) {
   const actor_end e = decode_actor_end(body);  // malformed: the driver's connection ends
   auto it = actors_.find(e.actor);
-  if (it == actors_.end() || it->second.driver.lock().get() != &driver) return;  // not one of its own
+  // Its own driver ends it; any driver may kill it (it found it by name).
+  if (it == actors_.end() || (!e.kill && it->second.driver.lock().get() != &driver)) return;
   if (auto node = it->second.node_connection.lock(); node && !node->done && it->second.gone.empty())
     out.push_back({node, frame_type::actor_end, std::make_shared<const std::string>(body)});
   forget_actor(it);
@@ -1094,6 +1110,21 @@ void head::route_object_note(const connection& from, frame_type type, std::strin
   directory_.erase(it);
 }
 
+void head::find_named(const std::shared_ptr<connection>& driver, std::string_view body, std::vector<outgoing>& out) {
+  actor_lookup l = decode_actor_lookup(body);  // malformed: the driver's connection ends
+  auto named = actor_names_.find(l.name);
+  auto a = named == actor_names_.end() ? actors_.end() : actors_.find(named->second);
+  if (a == actors_.end()) {
+    l.why = "no actor of the cluster is named '" + l.name + "'";
+  } else if (!a->second.gone.empty()) {
+    l.why = "the actor named '" + l.name + "' " + a->second.gone;
+  } else {
+    l.key = a->first;
+    l.class_tag = a->second.class_tag;
+  }
+  out.push_back({driver, frame_type::actor_found, std::make_shared<const std::string>(encode_actor_lookup(l))});
+}
+
 void head::cancel_routed(const connection& driver, std::string_view body, std::vector<outgoing>& out) {
   std::uint64_t driver_id = 0;
   if (body.size() != sizeof driver_id) throw wire_error("manta bridge: a malformed cancel_task");
@@ -1130,6 +1161,8 @@ void head::unhost(placed_actor& a) {
 
 std::map<std::string, head::placed_actor>::iterator head::forget_actor(std::map<std::string, placed_actor>::iterator it) {
   unhost(it->second);
+  if (auto named = actor_names_.find(it->second.name); named != actor_names_.end() && named->second == it->first)
+    actor_names_.erase(named);
   kept_bytes_ -= it->second.ctor.kept;
   return actors_.erase(it);
 }

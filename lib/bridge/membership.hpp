@@ -134,6 +134,8 @@ class head {
     routed_task ctor;        ///< its constructor as placed; its one frame, when kept
     std::uint64_t ctor_id = 0;  ///< the head's number for its constructor (in that frame)
     int restarts_left = 0;   ///< on the loss of its node
+    std::string name;        ///< its name in the cluster, or empty
+    std::uint64_t class_tag = 0;
     std::string gone;        ///< why it is gone (its later calls fail with it), or empty
   };
 
@@ -180,6 +182,8 @@ class head {
   /// A node asks for an object (fetch_object), a driver cannot send one
   /// (object_lost) or freed one (object_freed): passed on (under mu_).
   void route_object_note(const connection& from, frame_type type, std::string_view body, std::vector<outgoing>& out);
+  /// A driver asks for a named actor (find_actor): answered (under mu_).
+  void find_named(const std::shared_ptr<connection>& driver, std::string_view body, std::vector<outgoing>& out);
   /// A driver cancelled a task it sent (cancel_task): its node hears of it (under mu_).
   void cancel_routed(const connection& driver, std::string_view body, std::vector<outgoing>& out);
   /// The actors on lost node `c` start again elsewhere, or are gone (under mu_).
@@ -217,6 +221,7 @@ class head {
   std::map<std::string, int> running_;           ///< tasks forwarded to each node, not back yet
   std::map<std::string, placed_actor> actors_;   ///< by key: every driver's actors in the cluster
   std::map<std::string, int> hosted_;            ///< actors living on each node (they count as its load)
+  std::map<std::string, std::string> actor_names_;  ///< named actors' keys, by name (cluster-wide)
   std::map<std::string, std::map<std::string, double>> held_;  ///< resources each node's actors hold for life
   /// The object directory: for each driver's object sent to nodes, the nodes
   /// holding a copy (told when the driver frees it, or leaves).

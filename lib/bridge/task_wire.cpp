@@ -71,6 +71,10 @@ std::string encode_task_head(const remote_task& t) {
     h["max_restarts"] = t.max_restarts;
     h["max_task_retries"] = t.max_task_retries;
     h["max_concurrency"] = t.max_concurrency;
+    if (!t.actor_name.empty()) {
+      h["actor_name"] = t.actor_name;
+      h["class_tag"] = t.class_tag;
+    }
   }
   if (!t.objects.empty()) h["objects"] = t.objects;
   if (!t.node.empty()) h["node"] = t.node;
@@ -101,6 +105,8 @@ remote_task decode_task_header(const parts& p) {
     t.max_restarts = h.value("max_restarts", 0);
     t.max_task_retries = h.value("max_task_retries", 0);
     t.max_concurrency = h.value("max_concurrency", 1);
+    t.actor_name = h.value("actor_name", std::string());
+    t.class_tag = h.value("class_tag", std::uint64_t{0});
     t.objects = h.value("objects", std::vector<std::string>());
     t.node = h.value("node", std::string());
     t.object = h.value("object", std::string());
@@ -239,6 +245,21 @@ void set_id(std::string& body, std::uint64_t id) {
 
 std::string encode_actor_end(const actor_end& e) {
   return json{{"actor", e.actor}, {"kill", e.kill}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string encode_actor_lookup(const actor_lookup& l) {
+  return json{{"request", l.request}, {"name", l.name}, {"key", l.key}, {"class_tag", l.class_tag}, {"why", l.why}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+actor_lookup decode_actor_lookup(std::string_view body) {
+  try {
+    const json j = json::parse(body);
+    return {j.at("request").get<std::uint64_t>(), j.at("name").get<std::string>(), j.at("key").get<std::string>(),
+            j.at("class_tag").get<std::uint64_t>(), j.at("why").get<std::string>()};
+  } catch (const json::exception& e) {
+    throw wire_error(std::string("manta bridge: a malformed actor lookup: ") + e.what());
+  }
 }
 
 std::string encode_object_note(const object_note& n) {

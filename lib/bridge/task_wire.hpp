@@ -35,6 +35,10 @@ struct remote_task {
   int max_restarts = 0;      ///< a constructor's: restarts on its node, and elsewhere when its node is lost
   int max_task_retries = 0;  ///< a constructor's: calls retried after a restart on its node
   int max_concurrency = 1;   ///< a constructor's
+  /// A named actor's constructor: its name, known cluster-wide (get_actor from
+  /// any driver), and its class (the registry's tag), else empty and 0.
+  std::string actor_name;
+  std::uint64_t class_tag = 0;
   /// The stored objects its `ref` arguments name (the blob's index into this):
   /// their keys in the cluster ("<driver id>/<object id>"). The node fetches
   /// each from the driver once and keeps it until the driver frees it.
@@ -56,6 +60,19 @@ struct object_note {
   std::string node;
   std::string why;
 };
+/// A driver asks the head for the actor of that name (find_actor, with its
+/// number for the request); the head answers with its key and class, or why not (actor_found).
+struct actor_lookup {
+  std::uint64_t request = 0;
+  std::string name;
+  std::string key;  ///< the answer's: empty if there is none
+  std::uint64_t class_tag = 0;
+  std::string why;
+};
+std::string encode_actor_lookup(const actor_lookup& l);
+/// @throws wire_error if the body is malformed
+actor_lookup decode_actor_lookup(std::string_view body);
+
 std::string encode_object_note(const object_note& n);
 /// @throws wire_error if the body is malformed
 object_note decode_object_note(std::string_view body);

@@ -50,6 +50,8 @@ enum class frame_type : std::uint16_t {
   fetch_object = 18,    ///< node -> head -> driver: send me this object (object_note)
   object_lost = 19,     ///< driver or head -> node: that object cannot be sent (object_note)
   object_freed = 20,    ///< driver -> head -> nodes holding it: drop your copy (object_note)
+  find_actor = 21,      ///< driver -> head: the actor of this name (actor_lookup)
+  actor_found = 22,     ///< head -> driver: its key and class, or why not (actor_lookup)
 };
 
 /// A malformed or oversized frame: the connection it came on is closed.

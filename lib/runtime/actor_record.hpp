@@ -49,6 +49,7 @@ struct actor_record {
   /// hold it): its constructor and calls go there as remote tasks.
   bool remote = false;
   bool remote_started = false;  ///< its constructor was sent: its end must be too
+  bool borrowed = false;  ///< another driver's actor, found by name: only a kill goes to it
   std::string remote_key;       ///< its key in the cluster (bridge::remote_task::actor)
 };
 

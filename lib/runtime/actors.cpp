@@ -245,7 +245,8 @@ void scheduler::actor_dead(actor_record& a, const ipc::error_info& why) {
     while (!a.queue.empty()) fail_task(a.queue.front(), why);  // each leaves the queue
     waiting_actors_.erase(std::remove(waiting_actors_.begin(), waiting_actors_.end(), &a),
                           waiting_actors_.end());
-    if (a.remote_started) host_.end_remote_actor(a.remote_key, a.killed);  // its node ends it too
+    if (a.remote_started && (!a.borrowed || a.killed))
+      host_.end_remote_actor(a.remote_key, a.killed);  // its node ends it too
     if (!a.name.empty()) {
       auto it = actor_names_.find(a.name);
       if (it != actor_names_.end() && it->second->actor == &a) {
@@ -293,6 +294,22 @@ bool scheduler::reserve_name(const std::string& name, object_entry* entry) {
   detail::acquire(entry);
   actor_names_.emplace(name, entry);
   return true;
+}
+
+object_entry* scheduler::adopt_remote_actor(const std::string& key, std::uint64_t class_tag, const std::string& name) {
+  auto a = std::make_unique<actor_record>();
+  object_entry* e = dir_.create(dir_.next_id(), 1);  // the caller's handle
+  dir_.insert(e);
+  e->actor = a.get();
+  a->entry = e;
+  a->class_tag = class_tag;
+  a->label = detail::actor_class_name(class_tag) + " '" + name + "'";
+  a->remote = a->remote_started = a->borrowed = true;
+  a->remote_key = key;
+  a->st = actor_record::state::alive;
+  dir_.publish(e, state_ready);
+  actors_.push_back(std::move(a));
+  return e;
 }
 
 object_entry* scheduler::find_actor(const std::string& name, std::uint64_t class_tag) {

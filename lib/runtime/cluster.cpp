@@ -175,6 +175,24 @@ void cluster_driver::cancel(std::uint64_t id) {
   send_control(bridge::frame_type::cancel_task, std::string(reinterpret_cast<const char*>(&id), sizeof id));
 }
 
+bridge::actor_lookup cluster_driver::find_actor(const std::string& name) {
+  std::uint64_t request;
+  {
+    std::lock_guard lock(mu_);
+    if (!lost_.empty()) return {0, name, {}, 0, "the cluster is gone (" + lost_ + ")"};
+    request = ++next_lookup_;
+  }
+  send_control(bridge::frame_type::find_actor, bridge::encode_actor_lookup({request, name, {}, 0, {}}));
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, std::chrono::seconds(10), [&] { return lookups_.count(request) || !lost_.empty() || stopping_; });
+  auto it = lookups_.find(request);
+  if (it == lookups_.end())
+    return {request, name, {}, 0, lost_.empty() ? "the head did not answer within 10 s" : "the cluster is gone (" + lost_ + ")"};
+  bridge::actor_lookup found = std::move(it->second);
+  lookups_.erase(it);
+  return found;
+}
+
 void cluster_driver::object_freed(const std::string& key) {
   send_control(bridge::frame_type::object_freed, bridge::encode_object_note({key, {}, {}}));
 }
@@ -303,6 +321,13 @@ void cluster_driver::on_frame(bridge::frame&& f) {
       inbound_.push_back({false, {}, std::move(o)});
     }
     if (was_empty) cv_.notify_all();  // (the applier sleeps only on an empty queue)
+  } else if (f.type == bridge::frame_type::actor_found) {
+    bridge::actor_lookup found = bridge::decode_actor_lookup(f.body);  // malformed: throws, and the link ends
+    {
+      std::lock_guard lock(mu_);
+      if (found.request != 0 && found.request <= next_lookup_) lookups_[found.request] = std::move(found);
+    }
+    cv_.notify_all();
   } else if (f.type == bridge::frame_type::fetch_object) {
     inbound in;
     in.fetch = bridge::decode_object_note(f.body);  // malformed: throws, and the link ends

@@ -70,6 +70,9 @@ class cluster_driver {
   void end_actor(const std::string& key, bool kill);
   /// Queues the cancellation of task `id`, sent before; never blocks.
   void cancel(std::uint64_t id);
+  /// Asks the head for the actor named `name` anywhere in the cluster; waits
+  /// for the answer (at most 10 s). Its key is empty, and why set, if there is none.
+  bridge::actor_lookup find_actor(const std::string& name);
   /// Queues the news that object `key`, which nodes may hold copies of, was freed.
   void object_freed(const std::string& key);
   /// Queues a control frame behind the tasks queued before it; never blocks.
@@ -94,6 +97,8 @@ class cluster_driver {
   std::condition_variable cv_;
   std::vector<manta::node_info> table_;
   std::uint64_t version_ = 0;
+  std::uint64_t next_lookup_ = 0;
+  std::map<std::uint64_t, bridge::actor_lookup> lookups_;  ///< answers to find_actor, until taken
   std::string lost_;
   struct outgoing {
     bridge::remote_task task;

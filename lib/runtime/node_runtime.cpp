@@ -468,6 +468,10 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
     out.max_concurrency = t.options.max_concurrency;
   }
   if (t.actor) out.actor = t.actor->remote_key;
+  if (t.mode == detail::call_mode::construct && !t.options.name.empty()) {
+    out.actor_name = t.options.name;  // get_actor finds it from any driver
+    out.class_tag = t.fn->class_tag;
+  }
   const std::uint64_t limit = bridge::max_long_body - (1u << 20);
   std::uint64_t total = t.args.size();
   for (auto* e : t.deps) {
@@ -858,9 +862,20 @@ void node_runtime::cancel_producer(detail::ref_node* node) {
 
 detail::ref_node* node_runtime::find_actor(const std::string& name, std::uint64_t class_tag) {
   call_guard guard(*this);
+  {
+    scheduler_lock lock(*this);
+    register_submissions();  // a named actor submitted just now is found
+    if (object_entry* e = sched_->find_actor(name, class_tag)) return e;
+    if (!cluster_) return nullptr;
+  }
+  // Not this driver's: another driver's, living on a node of the cluster?
+  bridge::actor_lookup found = cluster_->find_actor(name);
+  if (found.key.empty()) return nullptr;
+  if (found.class_tag != class_tag)
+    throw usage_error("manta: the actor named '" + name + "' is a " + detail::actor_class_name(found.class_tag) +
+                      ", not a " + detail::actor_class_name(class_tag));
   scheduler_lock lock(*this);
-  register_submissions();  // a named actor submitted just now is found
-  return sched_->find_actor(name, class_tag);
+  return sched_->adopt_remote_actor(found.key, class_tag, name);
 }
 
 void node_runtime::kill_actor(detail::ref_node* node) {

@@ -160,6 +160,9 @@ class scheduler {
   /// The actor named `name`, holding one more count, or nullptr.
   /// @throws usage_error if it is of another class
   object_entry* find_actor(const std::string& name, std::uint64_t class_tag);
+  /// A handle's entry (one count) for another driver's actor `key`, found by
+  /// name on the cluster: its calls go there; its handles going does not end it.
+  object_entry* adopt_remote_actor(const std::string& key, std::uint64_t class_tag, const std::string& name);
   void kill_actor(object_entry* e);
   /// The actor lost its last handle (on any thread): it stops.
   void retire(actor_record* a);
