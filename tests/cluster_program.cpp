@@ -570,16 +570,32 @@ void mark(const std::string& name) { std::ofstream(std::string(std::getenv("CLUS
 
 /// Two drivers share a named actor that lives on a node: the owner starts it...
 void named_owner() {
-  auto shared = manta::actor<Counter>().resources({{"special", 1}}).name("shared").remote(0);
+  const std::map<std::string, double> half{{"special", 0.5}};  // (the node has 2: every actor here fits at once)
+  auto shared = manta::actor<Counter>().resources(half).name("shared").remote(0);
   check(manta::get(shared.task(&Counter::add).remote(1)) == 1, "the owner's named actor counts");
+  auto victim = manta::actor<Counter>().resources(half).name("victim").remote(0);
+  check(manta::get(victim.task(&Counter::add).remote(1)) == 1, "a second named actor counts");
+  // Its 40 MB constructor goes in parts: the other driver's lookup waits until it went whole.
+  auto big = manta::actor<Holder>().resources(half).name("big").remote(std::vector<double>(5'000'000, 1.0));
   mark("owner-ready");
-  check(marked("user-done", std::chrono::seconds(60)), "the other driver used it");
+  check(marked("user-done", std::chrono::seconds(60)), "the other driver used them");
   check(manta::get(shared.task(&Counter::add).remote(0)) == 11,
         "the owner sees the other driver's calls, and the actor outlived its handles there");
+  try {
+    manta::get(victim.task(&Counter::add).remote(1), std::chrono::seconds(30));
+    check(false, "a call on an actor another driver killed fails");
+  } catch (const manta::actor_died_error& e) {
+    check(std::string(e.what()).find("another driver") != std::string::npos,
+          std::string("a call on an actor another driver killed fails: ") + e.what());
+  }
+  auto again = manta::actor<Counter>().resources(half).name("victim").remote(7);
+  check(manta::get(again.task(&Counter::add).remote(1), std::chrono::seconds(30)) == 8, "its name can be used again");
+  check(manta::get(big.task(&Holder::size).remote()) == 5'000'000, "the long-constructed actor lives");
 }
 
 /// ... and the user finds it by name.
 void named_user() {
+  const std::map<std::string, double> half{{"special", 0.5}};
   check(marked("owner-ready", std::chrono::seconds(60)), "the owner started its actor");
   {
     auto found = manta::get_actor<Counter>("shared");
@@ -598,13 +614,19 @@ void named_user() {
   } catch (const manta::usage_error& e) {
     check(std::string(e.what()).find("not a") != std::string::npos, std::string("the wrong class is refused: ") + e.what());
   }
-  auto twin = manta::actor<Counter>().resources({{"special", 1}}).name("shared").remote(0);
+  auto twin = manta::actor<Counter>().resources(half).name("shared").remote(0);
   try {
     manta::get(twin.task(&Counter::add).remote(1), std::chrono::seconds(30));
     check(false, "a second actor of the same name is refused");
   } catch (const manta::actor_died_error& e) {
     check(std::string(e.what()).find("taken in the cluster") != std::string::npos,
           std::string("a second actor of the same name is refused: ") + e.what());
+  }
+  {
+    auto big = manta::get_actor<Holder>("big");
+    check(manta::get(big.task(&Holder::size).remote(), std::chrono::seconds(60)) == 5'000'000,
+          "an actor found while its 40 MB constructor was on its way answers");
+    manta::kill(manta::get_actor<Counter>("victim"));
   }
   mark("user-done");
 }

@@ -709,6 +709,8 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
         if (!kept.keep) out.push_back({node, frame_type::part, part, true});
         if (!kept.actor.empty()) actor_forwarded(id, kept, nullptr);
         else if (!t.node.empty()) forget_frames(kept);
+        if (!kept.actor.empty() && !kept.method && !h.last)
+          if (auto a = actors_.find(kept.actor); a != actors_.end()) a->second.complete = false;
       }
     } else if (h.type == frame_type::task_result && !from->driver) {
       const task_outcome o = decode_outcome_head(bytes, h.total);  // checked here: a driver gets no malformed one
@@ -754,6 +756,9 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
   if (from->driver) {
     if (h.abort) {  // the driver gave it up: so does its node
       if (auto node = r.node_connection.lock()) out.push_back({node, frame_type::part, part});
+      if (!r.actor.empty() && !r.method)
+        if (auto a = actors_.find(r.actor); a != actors_.end())
+          actor_gone(a->first, a->second, "its constructor was not sent whole", out);
       --running_[r.node];
       drop_route(it);
       return;
@@ -761,6 +766,11 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
     keep_frame(r, frame_type::part, part);
     r.complete = h.last;
     if (auto node = r.node_connection.lock(); node && !node->done) out.push_back({node, frame_type::part, part, true});
+    if (h.last && !r.actor.empty() && !r.method)
+      if (auto a = actors_.find(r.actor); a != actors_.end()) {
+        a->second.complete = true;  // queued behind its last part: calls forwarded from now come after it
+        answer_lookups(a->first, out);
+      }
     return;
   }
   if (r.node != from->node_id) return;
@@ -784,8 +794,7 @@ void head::route_outcome(connection& from, std::string&& body, std::vector<outgo
     auto a = actors_.find(it->second.actor);
     if (a != actors_.end()) {
       a->second.ctor.driver_id = 0;  // answered: a start elsewhere later answers nobody
-      if (!o.ok) unhost(a->second);
-      if (!o.ok) a->second.gone = "could not be started on " + from.node_id + ": " + o.error.message;
+      if (!o.ok) actor_gone(a->first, a->second, "could not be started on " + from.node_id + ": " + o.error.message, out);
     }
   }
   --running_[it->second.node];
@@ -824,7 +833,9 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       }
       if (auto node = it->second.node_connection.lock(); node && !node->done && it->second.gone.empty())
         out.push_back({node, frame_type::actor_end, std::make_shared<const std::string>(encode_actor_end({it->first, true}))});
+      const std::string key = it->first;
       it = forget_actor(it);
+      answer_lookups(key, out);  // (as ended)
     }
     // Copies of its objects on nodes go with it, and fetches it never answered fail.
     const std::string prefix = c.node_id + "/";
@@ -944,11 +955,13 @@ void head::lose_actors(const connection& c, const std::string& why, std::vector<
                    key.c_str(), c.node_id.c_str(), a.node.c_str());
       continue;
     }
-    a.gone = "was lost with " + c.node_id + " (" + why + ")" +
-             (a.restarts_left <= 0        ? ", past its max_restarts"
-              : a.ctor.frames.empty()     ? ", and its constructor's arguments were more than the head keeps"
-              : !driver || driver->done   ? ""
-                                          : ", and " + elsewhere);
+    actor_gone(key, a,
+               "was lost with " + c.node_id + " (" + why + ")" +
+                   (a.restarts_left <= 0      ? ", past its max_restarts"
+                    : a.ctor.frames.empty()   ? ", and its constructor's arguments were more than the head keeps"
+                    : !driver || driver->done ? ""
+                                              : ", and " + elsewhere),
+               out);
     if (a.ctor.driver_id != 0 && driver && !driver->done)  // its constructor was never answered
       out.push_back({driver, frame_type::task_result,
                      std::make_shared<const std::string>(encode_outcome(failed(
@@ -1001,6 +1014,10 @@ std::shared_ptr<head::connection> head::actor_target(const std::shared_ptr<conne
     why = "its actor is not in the cluster (it was ended)";
     return nullptr;
   }
+  if (t.actor.rfind(driver->node_id + "/", 0) != 0 && it->second.name.empty()) {
+    why = "its actor is not one of " + driver->node_id + "'s, nor named (get_actor finds only named ones)";
+    return nullptr;
+  }
   if (!it->second.gone.empty()) {
     why = "its actor " + it->second.gone;
     return nullptr;
@@ -1047,11 +1064,19 @@ void head::forget_frames(routed_task& r) {
 void head::end_actor(const connection& driver, std::string_view body, std::vector<outgoing>& out) {
   const actor_end e = decode_actor_end(body);  // malformed: the driver's connection ends
   auto it = actors_.find(e.actor);
-  // Its own driver ends it; any driver may kill it (it found it by name).
-  if (it == actors_.end() || (!e.kill && it->second.driver.lock().get() != &driver)) return;
+  // Its own driver ends it; any driver that found it by name may kill it, and
+  // then its own driver hears (its handles fail from then on).
+  if (it == actors_.end()) return;
+  auto owner = it->second.driver.lock();
+  const bool own = owner.get() == &driver;
+  if (!own && (!e.kill || it->second.name.empty())) return;
   if (auto node = it->second.node_connection.lock(); node && !node->done && it->second.gone.empty())
     out.push_back({node, frame_type::actor_end, std::make_shared<const std::string>(body)});
+  if (!own && owner && !owner->done)
+    out.push_back({owner, frame_type::actor_end, std::make_shared<const std::string>(body)});
+  const std::string key = it->first;
   forget_actor(it);
+  answer_lookups(key, out);  // (as ended)
 }
 
 std::shared_ptr<head::connection> head::connection_of(const std::string& id, bool driver) const {
@@ -1114,6 +1139,10 @@ void head::find_named(const std::shared_ptr<connection>& driver, std::string_vie
   actor_lookup l = decode_actor_lookup(body);  // malformed: the driver's connection ends
   auto named = actor_names_.find(l.name);
   auto a = named == actor_names_.end() ? actors_.end() : actors_.find(named->second);
+  if (a != actors_.end() && !a->second.complete && a->second.gone.empty()) {
+    waiting_lookups_[a->first].emplace_back(driver, std::move(l));  // answered once its constructor went whole
+    return;
+  }
   if (a == actors_.end()) {
     l.why = "no actor of the cluster is named '" + l.name + "'";
   } else if (!a->second.gone.empty()) {
@@ -1123,6 +1152,32 @@ void head::find_named(const std::shared_ptr<connection>& driver, std::string_vie
     l.class_tag = a->second.class_tag;
   }
   out.push_back({driver, frame_type::actor_found, std::make_shared<const std::string>(encode_actor_lookup(l))});
+}
+
+void head::answer_lookups(const std::string& key, std::vector<outgoing>& out) {
+  auto waiting = waiting_lookups_.find(key);
+  if (waiting == waiting_lookups_.end()) return;
+  auto a = actors_.find(key);
+  for (auto& [to, l] : waiting->second) {
+    auto driver = to.lock();
+    if (!driver || driver->done) continue;
+    if (a == actors_.end() || !a->second.gone.empty()) {
+      l.why = "the actor named '" + l.name + "' " + (a == actors_.end() ? std::string("was ended") : a->second.gone);
+    } else {
+      l.key = key;
+      l.class_tag = a->second.class_tag;
+    }
+    out.push_back({driver, frame_type::actor_found, std::make_shared<const std::string>(encode_actor_lookup(l))});
+  }
+  waiting_lookups_.erase(waiting);
+}
+
+void head::actor_gone(const std::string& key, placed_actor& a, std::string why, std::vector<outgoing>& out) {
+  unhost(a);
+  a.gone = std::move(why);
+  if (auto named = actor_names_.find(a.name); named != actor_names_.end() && named->second == key)
+    actor_names_.erase(named);  // (the name is free again, as for an actor that died on one machine)
+  answer_lookups(key, out);
 }
 
 void head::cancel_routed(const connection& driver, std::string_view body, std::vector<outgoing>& out) {

@@ -136,6 +136,7 @@ class head {
     int restarts_left = 0;   ///< on the loss of its node
     std::string name;        ///< its name in the cluster, or empty
     std::uint64_t class_tag = 0;
+    bool complete = true;    ///< its constructor went whole to its node (false while its parts go)
     std::string gone;        ///< why it is gone (its later calls fail with it), or empty
   };
 
@@ -184,6 +185,10 @@ class head {
   void route_object_note(const connection& from, frame_type type, std::string_view body, std::vector<outgoing>& out);
   /// A driver asks for a named actor (find_actor): answered (under mu_).
   void find_named(const std::shared_ptr<connection>& driver, std::string_view body, std::vector<outgoing>& out);
+  /// Answers the lookups waiting for actor `key`, from its state now (under mu_).
+  void answer_lookups(const std::string& key, std::vector<outgoing>& out);
+  /// Actor `key` is gone for good: `why` answers its later calls; its name is free (under mu_).
+  void actor_gone(const std::string& key, placed_actor& a, std::string why, std::vector<outgoing>& out);
   /// A driver cancelled a task it sent (cancel_task): its node hears of it (under mu_).
   void cancel_routed(const connection& driver, std::string_view body, std::vector<outgoing>& out);
   /// The actors on lost node `c` start again elsewhere, or are gone (under mu_).
@@ -222,6 +227,9 @@ class head {
   std::map<std::string, placed_actor> actors_;   ///< by key: every driver's actors in the cluster
   std::map<std::string, int> hosted_;            ///< actors living on each node (they count as its load)
   std::map<std::string, std::string> actor_names_;  ///< named actors' keys, by name (cluster-wide)
+  /// Lookups of a named actor whose constructor is still on its way, by its key:
+  /// answered once it went whole (a call sent before would overtake it).
+  std::map<std::string, std::vector<std::pair<std::weak_ptr<connection>, actor_lookup>>> waiting_lookups_;
   std::map<std::string, std::map<std::string, double>> held_;  ///< resources each node's actors hold for life
   /// The object directory: for each driver's object sent to nodes, the nodes
   /// holding a copy (told when the driver frees it, or leaves).

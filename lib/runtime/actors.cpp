@@ -312,6 +312,15 @@ object_entry* scheduler::adopt_remote_actor(const std::string& key, std::uint64_
   return e;
 }
 
+void scheduler::remote_actor_killed(const std::string& key) {
+  for (auto& a : actors_) {
+    if (!a->remote || a->borrowed || a->remote_key != key || a->st == actor_record::state::dead) continue;
+    a->remote_started = false;  // (nothing to tell the head: it forgot it)
+    a->killed = true;
+    actor_dead(*a, actor_error(*a, "was killed by another driver (manta::kill)"));
+  }
+}
+
 object_entry* scheduler::find_actor(const std::string& name, std::uint64_t class_tag) {
   auto it = actor_names_.find(name);
   if (it == actor_names_.end()) return nullptr;

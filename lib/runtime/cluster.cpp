@@ -181,10 +181,12 @@ bridge::actor_lookup cluster_driver::find_actor(const std::string& name) {
     std::lock_guard lock(mu_);
     if (!lost_.empty()) return {0, name, {}, 0, "the cluster is gone (" + lost_ + ")"};
     request = ++next_lookup_;
+    asking_.insert(request);
   }
   send_control(bridge::frame_type::find_actor, bridge::encode_actor_lookup({request, name, {}, 0, {}}));
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, std::chrono::seconds(10), [&] { return lookups_.count(request) || !lost_.empty() || stopping_; });
+  asking_.erase(request);
   auto it = lookups_.find(request);
   if (it == lookups_.end())
     return {request, name, {}, 0, lost_.empty() ? "the head did not answer within 10 s" : "the cluster is gone (" + lost_ + ")"};
@@ -307,6 +309,7 @@ void cluster_driver::apply_loop() {
       return;  // nothing comes after the end
     }
     if (in.fetch) rt_.send_object(*in.fetch);
+    else if (!in.killed.empty()) rt_.remote_actor_killed(in.killed);
     else rt_.remote_finished(std::move(in.outcome));
   }
 }
@@ -325,9 +328,19 @@ void cluster_driver::on_frame(bridge::frame&& f) {
     bridge::actor_lookup found = bridge::decode_actor_lookup(f.body);  // malformed: throws, and the link ends
     {
       std::lock_guard lock(mu_);
-      if (found.request != 0 && found.request <= next_lookup_) lookups_[found.request] = std::move(found);
+      if (asking_.count(found.request)) lookups_[found.request] = std::move(found);
     }
     cv_.notify_all();
+  } else if (f.type == bridge::frame_type::actor_end) {  // another driver killed one of this driver's actors
+    inbound in;
+    in.killed = bridge::decode_actor_end(f.body).actor;
+    bool was_empty;
+    {
+      std::lock_guard lock(mu_);
+      was_empty = inbound_.empty();
+      inbound_.push_back(std::move(in));
+    }
+    if (was_empty) cv_.notify_all();
   } else if (f.type == bridge::frame_type::fetch_object) {
     inbound in;
     in.fetch = bridge::decode_object_note(f.body);  // malformed: throws, and the link ends

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -99,6 +100,7 @@ class cluster_driver {
   std::uint64_t version_ = 0;
   std::uint64_t next_lookup_ = 0;
   std::map<std::uint64_t, bridge::actor_lookup> lookups_;  ///< answers to find_actor, until taken
+  std::set<std::uint64_t> asking_;  ///< find_actor requests still waited for (later answers are dropped)
   std::string lost_;
   struct outgoing {
     bridge::remote_task task;
@@ -119,6 +121,7 @@ class cluster_driver {
     std::string why;  ///< the end's
     bridge::task_outcome outcome;
     std::optional<bridge::object_note> fetch;  ///< instead of an outcome: a node asks for an object
+    std::string killed;  ///< instead of an outcome: another driver killed this driver's actor (its key)
   };
   std::deque<inbound> inbound_;  // under mu_
   bool stopping_ = false;

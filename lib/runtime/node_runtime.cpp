@@ -396,6 +396,13 @@ std::optional<object_id> id_of_key(const std::string& key, const std::string& dr
 }
 }  // namespace
 
+void node_runtime::remote_actor_killed(const std::string& key) {
+  process::context_use use;  // as in remote_finished
+  scheduler_lock lock(*this);
+  sched_->remote_actor_killed(key);
+  sched_->flush_dirty();
+}
+
 void node_runtime::send_object(const bridge::object_note& ask) {
   process::context_use use;  // as in remote_finished
   scheduler_lock lock(*this);
@@ -870,11 +877,14 @@ detail::ref_node* node_runtime::find_actor(const std::string& name, std::uint64_
   }
   // Not this driver's: another driver's, living on a node of the cluster?
   bridge::actor_lookup found = cluster_->find_actor(name);
-  if (found.key.empty()) return nullptr;
+  if (found.key.empty() && found.why.rfind("no actor of the cluster is named", 0) == 0) return nullptr;
+  if (found.key.empty()) throw usage_error("manta: get_actor('" + name + "'): " + found.why);
   if (found.class_tag != class_tag)
     throw usage_error("manta: the actor named '" + name + "' is a " + detail::actor_class_name(found.class_tag) +
                       ", not a " + detail::actor_class_name(class_tag));
   scheduler_lock lock(*this);
+  if (std::string lost = cluster_->lost(); !lost.empty())
+    throw usage_error("manta: get_actor('" + name + "'): the cluster is gone (" + lost + ")");
   return sched_->adopt_remote_actor(found.key, class_tag, name);
 }
 

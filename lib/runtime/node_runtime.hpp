@@ -109,6 +109,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// A node asks for an object a remote task named (from the cluster's applier
   /// thread): its value goes to that node from the arena, or object_lost.
   void send_object(const bridge::object_note& ask);
+  /// Another driver killed this driver's actor `key` (from the applier thread).
+  void remote_actor_killed(const std::string& key);
   std::vector<manta::node_info> cluster_nodes() override;
 
  private:

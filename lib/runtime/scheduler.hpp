@@ -163,6 +163,8 @@ class scheduler {
   /// A handle's entry (one count) for another driver's actor `key`, found by
   /// name on the cluster: its calls go there; its handles going does not end it.
   object_entry* adopt_remote_actor(const std::string& key, std::uint64_t class_tag, const std::string& name);
+  /// Another driver killed this driver's actor `key` (found by its name): it is dead here too.
+  void remote_actor_killed(const std::string& key);
   void kill_actor(object_entry* e);
   /// The actor lost its last handle (on any thread): it stops.
   void retire(actor_record* a);
