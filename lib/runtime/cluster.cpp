@@ -314,16 +314,21 @@ void cluster_driver::apply_loop() {
   }
 }
 
+void cluster_driver::to_applier(inbound&& in) {
+  bool was_empty;
+  {
+    std::lock_guard lock(mu_);
+    was_empty = inbound_.empty();
+    inbound_.push_back(std::move(in));
+  }
+  if (was_empty) cv_.notify_all();  // (the applier sleeps only on an empty queue)
+}
+
 void cluster_driver::on_frame(bridge::frame&& f) {
   if (f.type == bridge::frame_type::task_result) {
-    bridge::task_outcome o = bridge::decode_outcome(std::move(f.body));  // malformed: throws, and the link ends
-    bool was_empty;
-    {
-      std::lock_guard lock(mu_);
-      was_empty = inbound_.empty();
-      inbound_.push_back({false, {}, std::move(o)});
-    }
-    if (was_empty) cv_.notify_all();  // (the applier sleeps only on an empty queue)
+    inbound in;
+    in.outcome = bridge::decode_outcome(std::move(f.body));  // malformed: throws, and the link ends
+    to_applier(std::move(in));
   } else if (f.type == bridge::frame_type::actor_found) {
     bridge::actor_lookup found = bridge::decode_actor_lookup(f.body);  // malformed: throws, and the link ends
     {
@@ -334,23 +339,11 @@ void cluster_driver::on_frame(bridge::frame&& f) {
   } else if (f.type == bridge::frame_type::actor_end) {  // another driver killed one of this driver's actors
     inbound in;
     in.killed = bridge::decode_actor_end(f.body).actor;
-    bool was_empty;
-    {
-      std::lock_guard lock(mu_);
-      was_empty = inbound_.empty();
-      inbound_.push_back(std::move(in));
-    }
-    if (was_empty) cv_.notify_all();
+    to_applier(std::move(in));
   } else if (f.type == bridge::frame_type::fetch_object) {
     inbound in;
     in.fetch = bridge::decode_object_note(f.body);  // malformed: throws, and the link ends
-    bool was_empty;
-    {
-      std::lock_guard lock(mu_);
-      was_empty = inbound_.empty();
-      inbound_.push_back(std::move(in));
-    }
-    if (was_empty) cv_.notify_all();
+    to_applier(std::move(in));
   } else if (f.type == bridge::frame_type::cluster_update) {
     std::vector<manta::node_info> table;
     std::uint64_t version = 0;

@@ -124,6 +124,8 @@ class cluster_driver {
     std::string killed;  ///< instead of an outcome: another driver killed this driver's actor (its key)
   };
   std::deque<inbound> inbound_;  // under mu_
+  /// Queues `in` for the applier thread (from the link's thread).
+  void to_applier(inbound&& in);
   bool stopping_ = false;
   bool left_ = false;
   std::unique_ptr<bridge::node_link> link_;
