@@ -9,6 +9,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -53,26 +55,36 @@ context_use::~context_use() {
   if (counted_ && --shared_depth == 0) context_mu.unlock_shared();
 }
 
+namespace {
+std::atomic<bool> forked_away{false};  // this process is a fork of a driver's
+std::atomic<bool> spawned{false};      // the zygote or one of its descendants
+/// The epochs of the runtimes made since the last fork that left one behind:
+/// a ring, lock-free because a fork may land anywhere (a child that makes more
+/// runtimes than it holds leaves the oldest ones' late refs unfreed).
+std::array<std::atomic<std::uint32_t>, 64> made_here{};
+std::atomic<std::size_t> made_count{0};
+}  // namespace
+
 std::uint32_t new_epoch() {
   std::random_device rd;
   std::uint32_t e = 0;
   while (e == 0) e = rd();
+  made_here[made_count.fetch_add(1) % made_here.size()].store(e);
   return e;
+}
+
+bool made_since_fork(std::uint32_t epoch) noexcept {
+  if (!forked_away.load()) return true;
+  const std::size_t n = std::min(made_count.load(), made_here.size());
+  for (std::size_t i = 0; i < n; ++i)
+    if (made_here[i].load() == epoch) return true;
+  return false;
 }
 
 process_context* current_context() noexcept { return current.load(std::memory_order_acquire); }
 void set_current_context(process_context* c) noexcept { current.store(c, std::memory_order_release); }
 
-namespace {
-std::atomic<bool> forked_away{false};  // this process is a fork of a driver's
-std::atomic<bool> spawned{false};      // the zygote or one of its descendants
-/// The runtime a fork left behind in this process (0: none). Its refs are never
-/// freed here: their entries point into the arena the parent still uses.
-std::atomic<std::uint32_t> abandoned_epoch{0};
-}  // namespace
-
 bool spawned_by_runtime() noexcept { return spawned.load(std::memory_order_relaxed); }
-std::uint32_t abandoned_epoch_of_fork() noexcept { return abandoned_epoch.load(std::memory_order_relaxed); }
 void mark_spawned_by_runtime() noexcept { spawned.store(true, std::memory_order_relaxed); }
 
 process_context& require_context(const char* what) {
@@ -86,9 +98,10 @@ process_context& require_context(const char* what) {
 }
 
 void forget_context_after_fork() noexcept {
-  if (process_context* c = current.load(std::memory_order_acquire)) abandoned_epoch.store(c->epoch());
   current.store(nullptr, std::memory_order_release);
   forked_away.store(true);
+  made_count.store(0);
+  allocate_from_malloc.store(true);
   // Threads that held it shared in the parent do not exist here.
   new (&context_mu) std::shared_mutex();
   shared_depth = 0;
@@ -105,7 +118,7 @@ void release_slow(ref_node* n) noexcept {
   process::process_context* c = process::current_context();
   if (c && n->epoch == c->epoch())
     c->release(n);
-  else if (n->epoch != process::abandoned_epoch_of_fork())
+  else if (process::made_since_fork(n->epoch))
     delete n;  // the runtime that made it is gone: nothing else refers to it
   // else: the parent's, in a fork child: freeing it would free the parent's bytes
 }

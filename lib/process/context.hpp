@@ -3,6 +3,7 @@
 // points of detail/core.hpp dispatch to the current one.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -61,9 +62,16 @@ process_context& require_context(const char* what);
 bool spawned_by_runtime() noexcept;
 /// Called by the zygote as it starts; inherited by everything it forks.
 void mark_spawned_by_runtime() noexcept;
-/// In a fork child, the epoch of the runtime it left behind (0 if none): refs
-/// of that runtime are never freed there (their bytes are the parent's).
-std::uint32_t abandoned_epoch_of_fork() noexcept;
+/// Whether a runtime of this epoch was made in this process since its last
+/// fork (only those runtimes' refs are freed in a fork child: the others'
+/// entries point into arenas the parent still uses, and came from the parent's
+/// allocator). True for every epoch in a process that was never forked so.
+bool made_since_fork(std::uint32_t epoch) noexcept;
+
+/// Set in a fork child whose parent ran a runtime: threads of the parent may
+/// have held the locks of TBB's allocator, which has no fork handlers, so the
+/// runtime's objects come from malloc here from then on (runtime/pool_allocated.hpp).
+inline std::atomic<bool> allocate_from_malloc{false};
 
 /// In a child the program forked from a driver: the runtime stays the parent's.
 /// The context is dropped (without touching the parent's processes), and so is

@@ -139,7 +139,9 @@ class directory {
   object_store* store_;
   std::atomic<std::uint64_t> next_seq_{0};
   std::atomic<std::uint32_t> seal_seq_{0};
-  tbb::concurrent_hash_map<object_id, object_entry*, id_compare> map_;
+  tbb::concurrent_hash_map<object_id, object_entry*, id_compare,
+                           pool_allocator<std::pair<const object_id, object_entry*>>>
+      map_;
 };
 
 }  // namespace manta::runtime

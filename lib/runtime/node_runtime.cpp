@@ -283,9 +283,8 @@ void node_runtime::finish_stop() {
   zygote_->stop(5);  // it kills and reaps every process, then exits
   output_->stop();   // every writer is dead: the output pipes end with EOF
   // Drop every internal hold; what users still hold becomes an orphan.
-  for (task_spec* t = nullptr; submissions_.try_pop(t);) delete t;
-  for (actor_record* a = nullptr; retired_.try_pop(a);) {
-  }
+  for (task_spec* t = submissions_.take(); t;) delete std::exchange(t, t->next_submitted);
+  retired_.take();  // (the actors' records belong to the scheduler)
   {
     std::lock_guard lock(mu_);
     sched_->clear();
@@ -844,8 +843,11 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
 }
 
 void node_runtime::register_submissions() {
-  task_spec* t = nullptr;
-  while (submissions_.try_pop(t)) sched_->submit(std::unique_ptr<task_spec>(t));
+  for (task_spec* t = submissions_.take(); t;) {
+    std::unique_ptr<task_spec> owned(std::exchange(t, t->next_submitted));
+    owned->in_lane = nullptr;  // (the same pointer as next_submitted)
+    sched_->submit(std::move(owned));
+  }
 }
 
 void node_runtime::take_submissions() {
@@ -853,9 +855,11 @@ void node_runtime::take_submissions() {
     std::unique_lock lock(mu_, std::try_to_lock);
     if (!lock) return;  // the holder takes them when it lets go
     register_submissions();
-    for (actor_record* a = nullptr; retired_.try_pop(a);) sched_->retire(a);
-    for (object_id id; freed_remote_.try_pop(id);)
-      if (cluster_) cluster_->object_freed(object_key(cluster_->id(), id));
+    if (!retired_.empty())
+      for (actor_record* a : retired_.take()) sched_->retire(a);
+    if (!freed_remote_.empty())
+      for (const object_id& id : freed_remote_.take())
+        if (cluster_) cluster_->object_freed(object_key(cluster_->id(), id));
   }
 }
 

@@ -24,8 +24,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include <tbb/concurrent_queue.h>
-
 #include <manta/detail/introspect.hpp>
 #include <manta/errors.hpp>
 #include <manta/options.hpp>
@@ -36,6 +34,7 @@
 #include "process/control.hpp"
 #include "runtime/cluster.hpp"
 #include "runtime/directory.hpp"
+#include "runtime/handoff.hpp"
 #include "runtime/memory_monitor.hpp"
 #include "runtime/object_store.hpp"
 #include "runtime/output_forwarder.hpp"
@@ -233,10 +232,11 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// Pins user threads hold on arena objects (a get decoding, a view): while
   /// any remain at shutdown, the arena stays mapped (they read it).
   std::atomic<std::int64_t> user_pins_{0};
-  alignas(64) tbb::concurrent_queue<task_spec*> submissions_;  ///< from user threads, not yet registered (owned)
-  tbb::concurrent_queue<actor_record*> retired_;   ///< actors whose last handle went, to stop
+  /// From user threads, not yet registered (owned).
+  alignas(64) intrusive_handoff<task_spec, &task_spec::next_submitted> submissions_;
+  locked_handoff<actor_record*> retired_;  ///< actors whose last handle went, to stop
   /// Objects nodes of the cluster hold copies of, freed here: the head tells those nodes.
-  tbb::concurrent_queue<object_id> freed_remote_;
+  locked_handoff<object_id> freed_remote_;
 
   std::mutex mu_;       // the scheduler
   std::mutex poll_mu_;  // the poll role: inboxes, the zygote socket's replies

@@ -51,7 +51,12 @@ struct task_spec : pool_allocated {
 
   // Kept by the task graph.
   int pending_deps = 0;  ///< arguments not sealed yet
-  lane* in_lane = nullptr;  ///< the queue it waits in, if any
+  union {
+    lane* in_lane = nullptr;  ///< the queue it waits in, if any
+    /// Before the graph has it: the next in node_runtime's submissions (one
+    /// pointer for both keeps a task_spec in the allocator's 448-byte bin).
+    task_spec* next_submitted;
+  };
 
   // While it runs.
   int attempts = 0;  ///< runs lost to crashes (or exceptions, with retry_exceptions)
