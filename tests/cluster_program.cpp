@@ -126,13 +126,19 @@ int nap_with(std::span<const double> xs, int ms) {
   return where();
 }
 
+/// Crashes its worker.
+int crash() {
+  ::raise(SIGSEGV);
+  return 0;
+}
+
 /// From a worker of the driver's node: a call on an actor that lives on another node.
 int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.task(&Counter::add).remote(x)); }
 
 }  // namespace
 
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
-             bytes_of, add_through, marked_nap, together, nap_with);
+             bytes_of, add_through, marked_nap, together, nap_with, crash);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
             &Counter::absorb, &Counter::count_refs);
@@ -263,6 +269,13 @@ void launched(std::size_t nodes) {
                                 std::to_string(nodes + 1) + " ranks' runtimes");
   int node = manta::get(manta::task(where).resources({{"special", 1}}).remote());
   check(node != ::getpid(), "a task needing 'special' ran on another rank (pid " + std::to_string(node) + ")");
+  // A crash on another rank is a crash, whatever MPI did to the signals there.
+  try {
+    manta::get(manta::task(crash).resources({{"special", 1}}).max_retries(0).remote());
+    check(false, "a task crashing on another rank failed");
+  } catch (const manta::worker_crashed_error& e) {
+    check(std::string(e.what()).find("SIGSEGV") != std::string::npos, std::string("the crash names SIGSEGV: ") + e.what());
+  }
 }
 
 /// Bytes waiting unread in the TCP sockets of process `pid` (its link to the head).
@@ -859,7 +872,12 @@ int main(int argc, char** argv) {
   if (argc != 3) return 2;
   manta::options o{.num_workers = 1};
   if (const char* mb = std::getenv("CLUSTER_STORE_MB")) o.object_store_bytes = std::strtoull(mb, nullptr, 10) << 20;
+  struct sigaction segv_before {};
+  ::sigaction(SIGSEGV, nullptr, &segv_before);
   manta::init(o);
+  struct sigaction segv_after {};
+  ::sigaction(SIGSEGV, nullptr, &segv_after);
+  check(segv_after.sa_handler == segv_before.sa_handler, "init kept the program's SIGSEGV handler");
   const std::size_t want = std::strtoul(argv[2], nullptr, 10);
   // basic: its nodes joined before it started, and init returns knowing them.
   if (std::string(argv[1]) != "basic" && !wait_for([&] { return alive_nodes() >= want; }, std::chrono::seconds(20))) {

@@ -328,6 +328,19 @@ TEST(cluster_launch, mpirun_n_3_makes_rank_0_the_driver_and_the_others_nodes) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(cluster_launch, mpiruns_ranks_meet_over_mpi_without_a_shared_directory) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun (tools/setup.sh installs it)";
+  if (!CLUSTER_MPI) GTEST_SKIP() << "built without MPI (MANTA_ENABLE_MPI): the ranks meet through files";
+  // A launch directory that does not exist: the files could not be written.
+  const std::string dir = manta::testing::temp_path("nowhere");
+  const std::string out = sh("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 MANTA_LAUNCH_DIR=" + dir +
+                             " mpirun --oversubscribe -n 3 " + CLUSTER_PROGRAM + " launched 2; echo exit=$?");
+  EXPECT_NE(out.find("exit=0"), std::string::npos) << out;
+  EXPECT_EQ(out.find("FAILED"), std::string::npos) << out;
+  EXPECT_NE(out.find("a task needing 'special' ran on another rank"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(dir));
+}
+
 #ifdef CLUSTER_SAMPLE
 TEST(cluster_launch, the_cluster_sample_spreads_its_blocks_over_mpiruns_ranks) {
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun (tools/setup.sh installs it)";

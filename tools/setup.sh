@@ -11,7 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libjs-chart.js    # the dashboard's chart, served locally
   chromium tmux     # tests: the dashboard in headless Chromium, the progress bar in a terminal
-  openmpi-bin       # tests: a cluster launched by mpirun
+  openmpi-bin libopenmpi-dev  # mpirun's ranks meet over MPI; tests: a cluster launched by mpirun
   openssl           # tests: certificates for a cluster over TLS
   iproute2          # tests: two machines made of network namespaces
 )

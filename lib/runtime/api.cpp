@@ -149,9 +149,15 @@ void init(const options& opts) {
     throw usage_error("manta: MANTA_TLS / MANTA_TLS_CA are set, but the head that rank 0 of " + role.launch->launcher +
                       " hosts speaks plain TCP (TLS needs a head started by manta start --head --tls-cert); "
                       "unset them");
+  // A node of a launch learns rank 0's head from its files before it starts
+  // (no thread of manta's runs yet), or over MPI once its zygote is forked
+  // (MPI starts threads of its own).
+  std::optional<runtime::launch> head_over_mpi;
   if (role.launch && role.launch->rank != 0) {
-    // A node of a launch: rank 0's head first (no thread of manta's runs yet).
-    std::tie(role.serve, token) = runtime::wait_for_launch_head(*role.launch, launch_dir(opts));
+    if (runtime::launch_over_mpi(*role.launch))
+      head_over_mpi = role.launch;
+    else
+      std::tie(role.serve, token) = runtime::wait_for_launch_head(*role.launch, launch_dir(opts));
     role.launch.reset();
   }
   {
@@ -165,7 +171,7 @@ void init(const options& opts) {
       throw usage_error("manta: options.memory_threshold must be a fraction in [0, 1] (0: off), not " +
                         std::to_string(opts.memory_threshold));
     if (opts.worker_setup) detail::function_for(opts.worker_setup);  // registered, or usage_error
-    if ((!role.serve.empty() || !role.drive.empty()) && opts.local_mode)
+    if ((!role.serve.empty() || !role.drive.empty() || head_over_mpi) && opts.local_mode)
       throw usage_error("manta: options.local_mode runs everything in this process; it cannot join a cluster");
     if (role.launch && opts.local_mode)
       throw usage_error("manta: options.local_mode runs everything in this process; it cannot lead a launch");
@@ -181,8 +187,10 @@ void init(const options& opts) {
       try {
         if (!role.drive.empty()) node->join_cluster(role.drive, token);
         if (role.launch) node->host_launch(*role.launch, launch_dir(opts));
+        if (head_over_mpi) std::tie(role.serve, token) = runtime::receive_launch_over_mpi(*head_over_mpi);
       } catch (const std::exception& e) {
         discard(std::exchange(node, nullptr));
+        if (head_over_mpi) throw;  // it says which rank and why
         throw error(role.launch ? std::string("manta: could not lead the cluster of ") + role.launch->launcher +
                                       ": " + e.what()
                                 : "manta: could not join the cluster at " + role.drive + ": " + e.what());

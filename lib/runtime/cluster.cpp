@@ -903,13 +903,14 @@ std::optional<launch> launched() {
 
 launch_head::launch_head(const launch& l, const std::string& dir)
     : token_(bridge::new_token()),
-      token_file_(dir + "/launch-" + l.job + ".token"),
-      address_file_(dir + "/launch-" + l.job + ".address") {
+      token_file_(dir.empty() ? "" : dir + "/launch-" + l.job + ".token"),
+      address_file_(dir.empty() ? "" : dir + "/launch-" + l.job + ".address") {
   std::string bind = env_string("MANTA_BIND");
   if (bind.empty()) bind = "127.0.0.1";  // loopback unless told: one machine
   head_ = std::make_unique<bridge::head>(bridge::head::config{.bind = bind, .token = token_});
   const std::string host = bind == "0.0.0.0" || bind == "::" ? host_name() : bind;
   address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(head_->port());
+  if (dir.empty()) return;
   bridge::write_token_file(token_file_, token_);
   // The address last, through a renamed file: a rank that sees it finds the token there too.
   const std::string fresh = address_file_ + ".new";
@@ -923,6 +924,7 @@ launch_head::launch_head(const launch& l, const std::string& dir)
 
 launch_head::~launch_head() {
   head_.reset();  // every node is told to stop
+  if (address_file_.empty()) return;
   std::remove(address_file_.c_str());
   std::remove(token_file_.c_str());
 }

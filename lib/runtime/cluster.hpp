@@ -149,7 +149,8 @@ std::optional<launch> launched();
 class launch_head {
  public:
   /// Listens on MANTA_BIND (default loopback) and writes the token and address
-  /// files into `dir`. @throws what bridge::head and the token file throw
+  /// files into `dir` (none if `dir` is empty: they travel over MPI).
+  /// @throws what bridge::head and the token file throw
   launch_head(const launch& l, const std::string& dir);
   /// Stops the cluster (every node exits) and removes the files.
   ~launch_head();
@@ -165,6 +166,19 @@ class launch_head {
 /// The other ranks: waits (up to MANTA_LAUNCH_TIMEOUT seconds, default 60) for
 /// rank 0's files in `dir`; returns {address, token}. @throws usage_error
 std::pair<std::string, std::string> wait_for_launch_head(const launch& l, const std::string& dir);
+
+/// Whether the ranks of `l` meet over MPI instead of through files: under
+/// mpirun, when manta is built with MPI (runtime/launch_mpi.cpp).
+bool launch_over_mpi(const launch& l) noexcept;
+/// Rank 0's side: tells every other rank the head's address and token, or
+/// why it has none (`failure` not empty). Collective: every rank must call
+/// this or receive_launch_over_mpi. MPI is initialised for it and finalised
+/// after, unless the program had initialised it.
+void send_launch_over_mpi(const launch& l, const std::string& address, const std::string& token,
+                          const std::string& failure);
+/// The other ranks: {address, token} from rank 0. @throws usage_error with
+/// rank 0's failure, or if MPI fails
+std::pair<std::string, std::string> receive_launch_over_mpi(const launch& l);
 
 /// MANTA_NODE: serves the cluster at `address` with `rt` until the cluster
 /// stops (returns "") or the head is lost (returns why).

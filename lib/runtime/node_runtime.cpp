@@ -349,7 +349,18 @@ void node_runtime::join_cluster(const std::string& address, const std::string& t
 }
 
 void node_runtime::host_launch(const launch& l, const std::string& dir) {
-  launch_head_ = std::make_unique<launch_head>(l, dir);
+  if (launch_over_mpi(l)) {
+    // Every other rank waits in the broadcast: it hears of a failure too.
+    try {
+      launch_head_ = std::make_unique<launch_head>(l, "");
+    } catch (const std::exception& e) {
+      send_launch_over_mpi(l, "", "", e.what());
+      throw;
+    }
+    send_launch_over_mpi(l, launch_head_->address(), launch_head_->token(), "");
+  } else {
+    launch_head_ = std::make_unique<launch_head>(l, dir);
+  }
   join_cluster(launch_head_->address(), launch_head_->token());
   const auto wanted = static_cast<std::size_t>(l.size - 1);
   const char* limit_env = std::getenv("MANTA_LAUNCH_TIMEOUT");

@@ -97,8 +97,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// Joins the cluster at `address` as its driver (init, once constructed).
   /// @throws bridge::join_error saying why it could not
   void join_cluster(const std::string& address, const std::string& token);
-  /// Rank 0 of a launch (mpirun, srun): hosts the head, writes the files the
-  /// other ranks read in `dir`, drives, and waits until every other rank joined.
+  /// Rank 0 of a launch (mpirun, srun): hosts the head, tells the other ranks
+  /// where it is (over MPI, or in files in `dir`), drives, and waits until
+  /// every other rank joined.
   /// @throws usage_error (or what the head throws) if it cannot
   void host_launch(const launch& l, const std::string& dir);
   /// A remote task's outcome, from the cluster link's thread.
