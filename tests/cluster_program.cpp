@@ -86,7 +86,12 @@ struct Counter {
   int slow_host(int ms) const { return slow_where(ms); }
   int nap(int ms) const { return nap_where(ms); }
   int absorb(std::span<const double> xs) { return value += static_cast<int>(xs.size()); }
-  int count_refs(std::vector<manta::object_ref<int>> refs) const { return static_cast<int>(refs.size()); }
+  /// Adds up what the refs name (read where the actor lives).
+  int count_refs(std::vector<manta::object_ref<int>> refs) const {
+    int sum = 0;
+    for (int x : manta::get(refs, std::chrono::seconds(30))) sum += x;
+    return sum;
+  }
   int value;
 };
 
@@ -126,6 +131,34 @@ int nap_with(std::span<const double> xs, int ms) {
   return where();
 }
 
+// ---- refs inside arguments, on a node: each names an object of the driver
+using doubles_ref = manta::object_ref<std::vector<double>>;
+/// Sums what each ref names (read on the node that runs it), and says where it ran.
+std::vector<double> sum_refs(std::vector<doubles_ref> refs) {
+  double sum = 0;
+  for (const auto& v : manta::get(refs, std::chrono::seconds(30))) sum += std::accumulate(v.begin(), v.end(), 0.0);
+  return {sum, static_cast<double>(where())};
+}
+/// A ref inside a value of the user's own type.
+struct scaled_ref {
+  doubles_ref data;
+  double scale = 1;
+  template <class A>
+  void serialize(A& a) {
+    a(data, scale);
+  }
+};
+double sum_scaled(scaled_ref s) {
+  const auto v = manta::get(s.data, std::chrono::seconds(30));
+  return s.scale * std::accumulate(v.begin(), v.end(), 0.0);
+}
+std::vector<double> slow_doubles(int ms, int n) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return std::vector<double>(static_cast<std::size_t>(n), 2.0);
+}
+std::vector<double> failing_doubles() { throw std::runtime_error("no doubles today"); }
+int count_handles(std::vector<manta::actor_handle<Counter>> cs) { return static_cast<int>(cs.size()); }
+
 /// Crashes its worker.
 int crash() {
   ::raise(SIGSEGV);
@@ -138,7 +171,8 @@ int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.tas
 }  // namespace
 
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
-             bytes_of, add_through, marked_nap, together, nap_with, crash);
+             bytes_of, add_through, marked_nap, together, nap_with, crash, sum_refs, sum_scaled, slow_doubles,
+             failing_doubles, count_handles);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
             &Counter::absorb, &Counter::count_refs);
@@ -348,14 +382,9 @@ void actors() {
     check(true, std::string("an actor no node can hold is refused: ") + e.what());
   }
   check(manta::get(c.task(&Counter::add).remote(1)) == 316, "the first actor still counts");
-  try {
-    manta::get(c.task(&Counter::count_refs).remote(std::vector<manta::object_ref<int>>{manta::put(1)}),
-               std::chrono::seconds(30));
-    check(false, "a call whose argument holds refs is refused");
-  } catch (const manta::usage_error& e) {
-    check(std::string(e.what()).find("cannot travel") != std::string::npos,
-          std::string("a call whose argument holds refs is refused: ") + e.what());
-  }
+  check(manta::get(c.task(&Counter::count_refs).remote(std::vector<manta::object_ref<int>>{manta::put(1), manta::put(2)}),
+                   std::chrono::seconds(30)) == 3,
+        "a call whose argument holds refs reads them where the actor lives");
 
   // Cancelled calls and tasks are cancelled on their node too. A call is
   // dropped there only until the node sends it to its actor's process: the
@@ -607,6 +636,51 @@ void named_owner() {
 }
 
 /// ... and the user finds it by name.
+/// Refs inside the arguments of tasks that run on a node: the node fetches
+/// what they name from the driver, made already or not.
+void refs_inside() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  std::vector<doubles_ref> refs{manta::put(std::vector<double>(10, 1.0)),              // small: inline
+                                manta::put(std::vector<double>(300'000, 0.5))};         // large: in the arena
+  refs.push_back(manta::task(slow_doubles).remote(400, 1000));                          // not made yet
+  auto out = manta::get(manta::task(sum_refs).resources(on_special).remote(refs), std::chrono::seconds(60));
+  check(out.size() == 2 && out[0] == 10 + 150'000 + 2000 && out[1] != ::getpid(),
+        "a task on a node read a list of refs, one not made when it was sent (sum " + std::to_string(out[0]) + ")");
+  // The same refs again, and within a value of the user's type.
+  check(manta::get(manta::task(sum_refs).resources(on_special).remote(refs))[0] == out[0],
+        "a second task on a node reads the same refs");
+  check(manta::get(manta::task(sum_scaled).resources(on_special).remote(scaled_ref{refs[1], 2.0})) == 300'000,
+        "a ref inside a value of the user's type is read on a node");
+  // A stored list of refs, passed by its own ref: refs inside what an argument names.
+  auto stored = manta::put(refs);
+  check(manta::get(manta::task(sum_refs).resources(on_special).remote(stored))[0] == out[0],
+        "a stored list of refs, passed by ref, is read on a node");
+  // A ref whose producer fails: the task on the node fails, saying why.
+  try {
+    manta::get(manta::task(sum_refs).resources(on_special).remote(std::vector<doubles_ref>{
+                   manta::task(failing_doubles).remote()}),
+               std::chrono::seconds(30));
+    check(false, "a task whose ref's producer failed fails");
+  } catch (const manta::error& e) {
+    check(std::string(e.what()).find("no doubles today") != std::string::npos,
+          std::string("a task whose ref's producer failed fails, saying why: ") + e.what());
+  }
+  // Actor handles cannot travel: a clear error, and the runtime goes on.
+  auto c = manta::actor<Counter>().remote(0);
+  try {
+    manta::get(manta::task(count_handles).resources(on_special).remote(std::vector{c}), std::chrono::seconds(30));
+    check(false, "a task on a node given an actor handle fails");
+  } catch (const manta::usage_error& e) {
+    check(std::string(e.what()).find("actor handle") != std::string::npos,
+          std::string("an actor handle for a node is refused, saying why: ") + e.what());
+  }
+  check(manta::get(c.task(&Counter::add).remote(2)) == 2, "the actor still works");
+  refs.clear();
+  stored = {};
+  check(wait_for([] { return total(objects_on_nodes()) == 0; }, std::chrono::seconds(20)),
+        "the nodes' copies went with the driver's refs");
+}
+
 void named_user() {
   const std::map<std::string, double> half{{"special", 0.5}};
   check(marked("owner-ready", std::chrono::seconds(60)), "the owner started its actor");
@@ -907,6 +981,7 @@ int main(int argc, char** argv) {
   else if (scenario == "spilled_fetch") spilled_fetch();
   else if (scenario == "named_owner") named_owner();
   else if (scenario == "named_user") named_user();
+  else if (scenario == "refs_inside") refs_inside();
   else return 2;
   manta::shutdown();
   return failures == 0 ? 0 : 1;

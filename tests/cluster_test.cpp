@@ -255,6 +255,10 @@ TEST_F(cluster, a_stored_object_goes_to_each_node_once_and_is_freed_there_with_i
   EXPECT_EQ(with_two_nodes("objects"), std::make_pair(0, 0));
 }
 
+TEST_F(cluster, refs_inside_the_arguments_of_a_task_on_a_node_name_the_drivers_objects) {
+  EXPECT_EQ(with_two_nodes("refs_inside"), std::make_pair(0, 0));
+}
+
 TEST_F(cluster, a_lost_head_fails_remote_work_and_every_node_exits) {
   pid_t node = member(true, {"special"}, "node-1.log");
   pid_t driver = member(false, {"head_lost", "1"}, "driver.log");

@@ -36,6 +36,9 @@ struct control_block {
   alignas(64) std::atomic<std::uint32_t> slots_in_use{0};
   std::atomic<std::uint32_t> driver_spinners{0};
   std::uint32_t cpus = 1;
+  /// Set once this runtime serves a cluster as a node: it holds its drivers'
+  /// objects under the drivers' ids, so ids of another epoch are no error here.
+  std::atomic<bool> holds_imports{false};
   process_slot slots[max_slots];
 };
 

@@ -62,7 +62,8 @@ local_node* worker_context::counted_node(const object_id& id, bool& fresh) {
 
 ref_node* worker_context::ref_from_id(const object_id& id) {
   lock_t lock(mu_);
-  if ((id.hi >> 32) != cfg_.epoch) throw usage_error("manta: an object_ref from another runtime was used");
+  if ((id.hi >> 32) != cfg_.epoch && !cfg_.control->holds_imports.load(std::memory_order_acquire))
+    throw usage_error("manta: an object_ref from another runtime was used");
   bool fresh;
   local_node* n = counted_node(id, fresh);
   if (fresh) {

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -474,10 +475,13 @@ job start(node_runtime& rt, const bridge::remote_task& t, actor_table& actors, c
   return j;
 }
 
-/// Keeps the value an object frame carries (mode_object) as `t.object`.
-/// @throws what putting it throws (the arena is full)
+/// Keeps the value an object frame carries (mode_object) as `t.object`, under
+/// the id its driver gave it: refs to it inside other values resolve here.
+/// @throws what putting it throws (the arena is full), usage_error for a malformed key
 void keep_object(node_runtime& rt, object_table& objects, const bridge::remote_task& t) {
   if (objects.count(t.object) || t.arg_count != 1) return;
+  const std::optional<object_id> id = id_in_object_key(t.object);
+  if (!id) throw usage_error("manta: object " + t.object + " came with a malformed key");
   detail::encoded_value v;
   process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
     if (a.kind != process::arg_kind::value) throw usage_error("manta: object " + t.object + " came as a ref");
@@ -485,7 +489,7 @@ void keep_object(node_runtime& rt, object_table& objects, const bridge::remote_t
     v.borrowed = a.bytes;
     v.size = a.size_or_index;
   });
-  objects.emplace(t.object, rt.put(v));
+  objects.emplace(t.object, rt.import_object(*id, v));
 }
 
 /// A driver ended one of its actors here: its handle goes (it ends once its
@@ -859,6 +863,17 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   for (auto& [key, handle] : actors) detail::release(handle);
   for (auto& [key, object] : objects) detail::release(object);
   return why;
+}
+
+std::optional<object_id> id_in_object_key(const std::string& key) {
+  const std::size_t slash = key.rfind('/');
+  if (slash == std::string::npos || key.size() - slash != 33) return std::nullopt;
+  object_id id;
+  const char* hex = key.data() + slash + 1;
+  if (std::from_chars(hex, hex + 16, id.hi, 16).ptr != hex + 16 ||
+      std::from_chars(hex + 16, hex + 32, id.lo, 16).ptr != hex + 32)
+    return std::nullopt;
+  return id;
 }
 
 // ---- launchers

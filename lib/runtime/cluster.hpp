@@ -185,6 +185,10 @@ std::pair<std::string, std::string> receive_launch_over_mpi(const launch& l);
 /// @throws bridge::join_error if it cannot join
 std::string serve_as_node(node_runtime& rt, const std::string& address, const std::string& token);
 
+/// The id an object's key in the cluster ("<driver id>/<32 hex digits>") ends
+/// with, as its driver made it; nullopt if the key is malformed.
+std::optional<object_id> id_in_object_key(const std::string& key);
+
 /// A failure from another node as this one stores it.
 ipc::error_info from_remote(const bridge::remote_error& e);
 

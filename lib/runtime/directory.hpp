@@ -33,6 +33,8 @@ enum : std::uint32_t {
 };
 
 struct subscriber {
+  /// Not a worker's slot: a node of the cluster waits for the entry (node_runtime::object_settled).
+  static constexpr int cluster = -2;
   int slot;
   std::uint64_t generation;
 };

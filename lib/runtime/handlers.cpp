@@ -43,7 +43,14 @@ void scheduler::handle(worker_link& w, const ipc::frame& f) {
     case ipc::msg::subscribe:
       for (const auto& id : ipc::subscribe::read(r).ids) {
         object_entry* e = dir_.find(id);
-        if (!e) continue;
+        if (!e) {  // never held (a ref from another runtime): the worker must not wait for it
+          ipc::object_ready m{id};
+          m.ok = false;
+          m.error = {ipc::error_kind::usage, "manta::usage_error",
+                     "manta: an object_ref from another runtime (or from before a shutdown) was read", {}, {}, 0, 0};
+          send_to(w, m, true);
+          continue;
+        }
         subscriber s{w.slot, w.generation};
         if (e->status() == state_pending) e->subscribers.push_back(s);
         else notify(s, e);

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <unordered_set>
 
 #include <manta/errors.hpp>
 
@@ -287,6 +288,8 @@ void node_runtime::finish_stop() {
   retired_.take();  // (the actors' records belong to the scheduler)
   {
     std::lock_guard lock(mu_);
+    for (auto& [e, asks] : asked_pending_) detail::release(e);
+    asked_pending_.clear();
     sched_->clear();
   }
   for (auto* e : dir_->take_all()) e->store = nullptr;  // the arena is unmapped below
@@ -394,15 +397,8 @@ std::string object_key(const std::string& driver, const object_id& id) {
 
 /// The id in a key this driver made, if it is one.
 std::optional<object_id> id_of_key(const std::string& key, const std::string& driver) {
-  if (key.size() != driver.size() + 33 || key.compare(0, driver.size(), driver) != 0 || key[driver.size()] != '/')
-    return std::nullopt;
-  object_id id;
-  auto hex = [&](std::size_t at, std::uint64_t& v) {
-    const char* first = key.data() + at;
-    return std::from_chars(first, first + 16, v, 16).ptr == first + 16;
-  };
-  if (!hex(driver.size() + 1, id.hi) || !hex(driver.size() + 17, id.lo)) return std::nullopt;
-  return id;
+  if (key.size() != driver.size() + 33 || key.compare(0, driver.size(), driver) != 0) return std::nullopt;
+  return id_in_object_key(key);
 }
 }  // namespace
 
@@ -423,7 +419,40 @@ void node_runtime::send_object(const bridge::object_note& ask) {
   const std::optional<object_id> id = id_of_key(ask.object, cluster_->id());
   object_entry* e = id ? dir_->acquire(*id) : nullptr;  // counted: a user thread may drop the last ref meanwhile
   if (!e) return lost("it was freed");
-  if (e->status() != state_ready) {
+  if (e->status() == state_pending) {
+    // A ref inside a task's arguments may name an object not made yet: it goes
+    // once sealed (the task waits on its node meanwhile).
+    auto [asks, first] = asked_pending_.try_emplace(e);
+    asks->second.push_back(ask);
+    if (first) e->subscribers.push_back({subscriber::cluster, 0});
+    else detail::release(e);  // (one count per entry)
+    return;
+  }
+  send_object_now(ask, e);
+}
+
+void node_runtime::object_settled(object_entry* e) {
+  auto it = asked_pending_.find(e);
+  if (it == asked_pending_.end()) return;
+  std::vector<bridge::object_note> asks = std::move(it->second);
+  asked_pending_.erase(it);
+  for (std::size_t i = 0; i < asks.size(); ++i) {
+    if (i + 1 < asks.size()) detail::acquire(e);  // one count for each send
+    send_object_now(asks[i], e);
+  }
+}
+
+void node_runtime::send_object_now(const bridge::object_note& ask, object_entry* e) {
+  auto lost = [&](const std::string& why) {
+    cluster_->send_control(bridge::frame_type::object_lost, bridge::encode_object_note({ask.object, ask.node, why}));
+  };
+  if (!cluster_) return detail::release(e);
+  if (e->status() == state_failed) {
+    const ipc::error_info why = e->error->describe();
+    detail::release(e);
+    return lost("it failed: " + (why.remote_type.empty() ? "" : why.remote_type + ": ") + why.message);
+  }
+  if (e->status() != state_ready || e->actor) {
     detail::release(e);
     return lost("it is not a sealed value");
   }
@@ -446,6 +475,24 @@ void node_runtime::send_object(const bridge::object_note& ask) {
   cluster_->send(std::move(out), std::move(held));  // (gives them back itself if it cannot go)
 }
 
+namespace {
+/// The entries refs inside `t`'s arguments name, and refs inside those, once each.
+std::vector<object_entry*> contained_in(const task_spec& t) {
+  std::vector<object_entry*> out, todo(t.contained.begin(), t.contained.end());
+  for (const object_entry* d : t.deps)
+    for (auto* c : d->contained) todo.push_back(static_cast<object_entry*>(c));
+  std::unordered_set<const object_entry*> seen;
+  while (!todo.empty()) {
+    object_entry* e = todo.back();
+    todo.pop_back();
+    if (!seen.insert(e).second) continue;
+    out.push_back(e);
+    for (auto* c : e->contained) todo.push_back(static_cast<object_entry*>(c));
+  }
+  return out;
+}
+}  // namespace
+
 std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   auto refuse = [&](ipc::error_kind kind, const char* type, std::string message) {
     return ipc::error_info{kind, type, std::move(message), t.name(), {}, 0, 0, {}};
@@ -453,14 +500,14 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   if (!cluster_)  // (shutting down: the link is gone)
     return refuse(ipc::error_kind::node_died, "manta::node_died_error",
                   "manta: task '" + t.name() + "' needs another node, and this runtime left its cluster");
-  if (!t.contained.empty())
-    return refuse(ipc::error_kind::usage, "manta::usage_error",
-                  "manta: task '" + t.name() + "' needs another node, and its arguments hold object_refs or actor "
-                  "handles, which cannot travel between nodes yet");
-  for (const object_entry* e : t.deps)
-    if (!e->contained.empty())
+  // Refs inside its arguments (and inside what they name, and so on) go by
+  // key: the node fetches each before the task runs and keeps it under this
+  // driver's id, which the refs' bytes carry.
+  std::vector<object_entry*> refs_inside = contained_in(t);
+  for (const object_entry* e : refs_inside)
+    if (e->actor)
       return refuse(ipc::error_kind::usage, "manta::usage_error",
-                    "manta: task '" + t.name() + "' needs another node, and an argument holds object_refs, "
+                    "manta: task '" + t.name() + "' needs another node, and its arguments hold an actor handle, "
                     "which cannot travel between nodes yet");
   bridge::remote_task out;
   out.id = t.key;
@@ -531,6 +578,10 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
     for (auto& h : held) sent(h.node);  // (the task holds counts too: never the last)
     return ipc::error_from_exception(std::current_exception(), t.name(), pid_);
   }
+  for (object_entry* e : refs_inside) {
+    e->on_nodes = true;
+    out.objects.push_back(object_key(cluster_->id(), e->id));
+  }
   if (!cluster_->send(std::move(out), std::move(held)))  // (gives them back itself)
     return refuse(ipc::error_kind::node_died, "manta::node_died_error",
                   "manta: task '" + t.name() + "' needs another node, and the cluster is gone (" + cluster_->lost() +
@@ -550,7 +601,7 @@ bool may_go_elsewhere(const task_spec& t) { return runs_anywhere(t) || t.mode ==
 }  // namespace
 
 bool node_runtime::cluster_can_run(const task_spec& t) {
-  return cluster_ && may_go_elsewhere(t) && t.contained.empty() && cluster_->lacking(t.options).empty();
+  return cluster_ && may_go_elsewhere(t) && cluster_->lacking(t.options).empty();
 }
 
 void node_runtime::end_remote_actor(const std::string& key, bool kill) {
@@ -562,9 +613,10 @@ void node_runtime::cancel_remote(std::uint64_t key) {
 }
 
 bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
-  if (!cluster_ || !runs_anywhere(t) || !t.contained.empty()) return false;
-  for (const object_entry* e : t.deps)
-    if (!e->contained.empty()) return false;  // its refs cannot travel
+  if (!cluster_ || !runs_anywhere(t)) return false;
+  if (!t.contained.empty() || std::any_of(t.deps.begin(), t.deps.end(), [](auto* e) { return !e->contained.empty(); }))
+    for (const object_entry* e : contained_in(t))  // (it would wait there for one not made yet)
+      if (e->actor || e->status() != state_ready) return false;
   return cluster_->spare_cpus(t.options) > static_cast<double>(in_flight);
 }
 
@@ -636,9 +688,17 @@ detail::ref_node* node_runtime::put_extent(std::uint64_t tag, const detail::exte
   return e;
 }
 
-detail::ref_node* node_runtime::put(const detail::encoded_value& v) {
+detail::ref_node* node_runtime::put(const detail::encoded_value& v) { return put_as(dir_->next_id(), v); }
+
+detail::ref_node* node_runtime::import_object(const object_id& id, const detail::encoded_value& v) {
+  if (object_entry* e = dir_->acquire(id)) return e;  // still here: a worker kept a ref to it
+  control_->holds_imports.store(true, std::memory_order_release);  // (before any task here reads a ref to it)
+  return put_as(id, v);
+}
+
+detail::ref_node* node_runtime::put_as(const object_id& id, const detail::encoded_value& v) {
   call_guard guard(*this);
-  std::unique_ptr<object_entry> e(dir_->create(dir_->next_id(), 1));
+  std::unique_ptr<object_entry> e(dir_->create(id, 1));
   e->owner = pid_;
   e->type_tag = v.type_tag;
   e->size = v.size;
@@ -800,9 +860,6 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   // another node of the cluster, arguments resolved to values.
   if (auto why = sched_->admit(*t)) {
     if (!cluster_ || !may_go_elsewhere(*t)) throw usage_error(*why);
-    if (!r.contained.empty())
-      throw usage_error(*why + "; another node of the cluster might, but object_refs inside its arguments "
-                               "cannot travel between nodes yet");
     if (std::string lack = cluster_->lacking(t->options); !lack.empty()) throw usage_error(*why + "; and " + lack);
     t->remote = true;
   }

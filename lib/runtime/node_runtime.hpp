@@ -107,8 +107,12 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// The cluster is gone: every remote task in flight fails with node_died_error.
   void cluster_lost(const std::string& why);
   /// A node asks for an object a remote task named (from the cluster's applier
-  /// thread): its value goes to that node from the arena, or object_lost.
+  /// thread): its value goes to that node from the arena, or object_lost; one
+  /// still pending goes once it is sealed.
   void send_object(const bridge::object_note& ask);
+  /// A node of a cluster: keeps a driver's object under the driver's `id`, so
+  /// that refs to it inside values resolve here. @throws what put throws
+  detail::ref_node* import_object(const object_id& id, const detail::encoded_value& v);
   /// Another driver killed this driver's actor `key` (from the applier thread).
   void remote_actor_killed(const std::string& key);
   std::vector<manta::node_info> cluster_nodes() override;
@@ -151,6 +155,13 @@ class node_runtime final : public process::process_context, public scheduler_hos
   bool remote_room(const task_spec& t, std::size_t in_flight) override;
   void end_remote_actor(const std::string& key, bool kill) override;
   void cancel_remote(std::uint64_t key) override;
+  void object_settled(object_entry* e) override;
+  /// Sends `e` (counted, the count given to the sender) as `ask` asks, or object_lost.
+  void send_object_now(const bridge::object_note& ask, object_entry* e);
+  /// put, under `id`.
+  detail::ref_node* put_as(const object_id& id, const detail::encoded_value& v);
+  /// Asks for objects still pending, by entry (each counted once; under the scheduler's lock).
+  std::unordered_map<object_entry*, std::vector<bridge::object_note>> asked_pending_;
   std::uint64_t remote_actors_ = 0;  ///< actors started on the cluster (their keys' numbers; under the scheduler's lock)
   bool cluster_can_run(const task_spec& t) override;
 

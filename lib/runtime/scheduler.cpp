@@ -391,6 +391,7 @@ void scheduler::flush_dirty() {
 }
 
 void scheduler::notify(const subscriber& s, object_entry* e) {
+  if (s.slot == subscriber::cluster) return host_.object_settled(e);
   if (s.slot < 0 || s.slot >= slots_in_use()) return;
   worker_link& w = link(s.slot);
   if (w.generation != s.generation || w.st != worker_link::state::alive) return;

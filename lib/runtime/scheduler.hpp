@@ -95,6 +95,9 @@ class scheduler_host {
   /// A remote task sent to the cluster (its `key`) was cancelled here: its node
   /// cancels it too (a queued actor call is dropped there). Never blocks.
   virtual void cancel_remote(std::uint64_t key) = 0;
+  /// `e`, which a node of the cluster asked for while it was pending, is
+  /// sealed or failed (its subscriber::cluster). Never blocks.
+  virtual void object_settled(object_entry* e) = 0;
 
  protected:
   ~scheduler_host() = default;

@@ -79,6 +79,7 @@ struct quiet_host final : scheduler_host {
   void end_remote_actor(const std::string&, bool) override {}
   void cancel_remote(std::uint64_t) override {}
   bool cluster_can_run(const task_spec&) override { return false; }
+  void object_settled(object_entry*) override {}
 };
 
 constexpr std::uint32_t epoch = epoch_of_fuzz;
