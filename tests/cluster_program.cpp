@@ -158,6 +158,13 @@ std::vector<double> slow_doubles(int ms, int n) {
 }
 std::vector<double> failing_doubles() { throw std::runtime_error("no doubles today"); }
 int count_handles(std::vector<manta::actor_handle<Counter>> cs) { return static_cast<int>(cs.size()); }
+/// On a node: passes the refs it was given to a nested task there, and stores them in a value of its own.
+double nested_sum(std::vector<doubles_ref> refs) {
+  const double nested = manta::get(manta::task(sum_refs).remote(refs), std::chrono::seconds(30))[0];
+  auto stored = manta::put(refs);
+  const double again = manta::get(manta::task(sum_refs).remote(stored), std::chrono::seconds(30))[0];
+  return nested == again ? nested : -1;
+}
 
 /// Crashes its worker.
 int crash() {
@@ -172,7 +179,7 @@ int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.tas
 
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
              bytes_of, add_through, marked_nap, together, nap_with, crash, sum_refs, sum_scaled, slow_doubles,
-             failing_doubles, count_handles);
+             failing_doubles, count_handles, nested_sum);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
             &Counter::absorb, &Counter::count_refs);
@@ -651,6 +658,8 @@ void refs_inside() {
         "a second task on a node reads the same refs");
   check(manta::get(manta::task(sum_scaled).resources(on_special).remote(scaled_ref{refs[1], 2.0})) == 300'000,
         "a ref inside a value of the user's type is read on a node");
+  check(manta::get(manta::task(nested_sum).resources(on_special).remote(refs), std::chrono::seconds(60)) == out[0],
+        "a task on a node passes its refs on to a nested task there, and stores them in a value");
   // A stored list of refs, passed by its own ref: refs inside what an argument names.
   auto stored = manta::put(refs);
   check(manta::get(manta::task(sum_refs).resources(on_special).remote(stored))[0] == out[0],
