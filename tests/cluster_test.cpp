@@ -345,6 +345,17 @@ TEST(cluster_launch, mpiruns_ranks_meet_over_mpi_without_a_shared_directory) {
   EXPECT_FALSE(std::filesystem::exists(dir));
 }
 
+#ifdef MPI_PROGRAM
+TEST(cluster_launch, a_program_that_uses_mpi_itself_keeps_it_and_its_node_ranks_finalize_it) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun (tools/setup.sh installs it)";
+  const std::string out = sh("env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe -n 3 " +
+                             std::string(MPI_PROGRAM) + "; echo exit=$?");
+  EXPECT_NE(out.find("tasks ran on 2 other ranks"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank 0 of 3 finalized"), std::string::npos) << out;
+  EXPECT_NE(out.find("exit=0"), std::string::npos) << out;
+}
+#endif
+
 #ifdef CLUSTER_SAMPLE
 TEST(cluster_launch, the_cluster_sample_spreads_its_blocks_over_mpiruns_ranks) {
   if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun (tools/setup.sh installs it)";

@@ -216,6 +216,7 @@ void init(const options& opts) {
     status = 2;
   }
   shutdown();
+  runtime::finalize_programs_mpi();
   std::exit(status);
 }
 

@@ -179,6 +179,10 @@ void send_launch_over_mpi(const launch& l, const std::string& address, const std
 /// The other ranks: {address, token} from rank 0. @throws usage_error with
 /// rank 0's failure, or if MPI fails
 std::pair<std::string, std::string> receive_launch_over_mpi(const launch& l);
+/// A node never returns to main: MPI that the program initialised is
+/// finalised before it exits (else mpirun calls the exit abnormal, and rank
+/// 0's MPI_Finalize waits for it forever). Nothing without MPI.
+void finalize_programs_mpi() noexcept;
 
 /// MANTA_NODE: serves the cluster at `address` with `rt` until the cluster
 /// stops (returns "") or the head is lost (returns why).

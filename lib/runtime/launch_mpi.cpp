@@ -74,6 +74,13 @@ constexpr std::string_view ok_word = "ok\n", failed_word = "failed\n";
 
 bool launch_over_mpi(const launch& l) noexcept { return l.launcher == "mpirun"; }
 
+void finalize_programs_mpi() noexcept {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Finalize();
+}
+
 void send_launch_over_mpi(const launch& l, const std::string& address, const std::string& token,
                           const std::string& failure) {
   mpi_session mpi(l);
@@ -91,6 +98,8 @@ std::pair<std::string, std::string> receive_launch_over_mpi(const launch& l) {
 }
 #else
 bool launch_over_mpi(const launch&) noexcept { return false; }
+
+void finalize_programs_mpi() noexcept {}
 
 void send_launch_over_mpi(const launch& l, const std::string&, const std::string&, const std::string&) {
   throw usage_error("manta: built without MPI; the ranks of " + l.launcher + " meet through files");
