@@ -158,6 +158,14 @@ std::vector<double> slow_doubles(int ms, int n) {
 }
 std::vector<double> failing_doubles() { throw std::runtime_error("no doubles today"); }
 int count_handles(std::vector<manta::actor_handle<Counter>> cs) { return static_cast<int>(cs.size()); }
+/// An actor built from refs: it reads them whenever asked (again after a restart).
+struct RefHolder {
+  explicit RefHolder(std::vector<doubles_ref> r) : refs(std::move(r)) {}
+  double total() const { return sum_refs(refs)[0]; }
+  int host() const { return where(); }
+  std::vector<doubles_ref> refs;
+};
+
 /// On a node: passes the refs it was given to a nested task there, and stores them in a value of its own.
 double nested_sum(std::vector<doubles_ref> refs) {
   const double nested = manta::get(manta::task(sum_refs).remote(refs), std::chrono::seconds(30))[0];
@@ -181,6 +189,7 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              bytes_of, add_through, marked_nap, together, nap_with, crash, sum_refs, sum_scaled, slow_doubles,
              failing_doubles, count_handles, nested_sum);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
+MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
             &Counter::absorb, &Counter::count_refs);
 
@@ -576,6 +585,22 @@ void actor_lost() {
           std::string("an actor without restarts on the killed node is gone: ") + e.what());
   }
   check(manta::get(other.task(&Counter::add).remote(1)) == 8, "an actor on the other node lives on");
+}
+
+/// An actor whose constructor took refs starts again on another node, which
+/// fetches what they name then (the driver dropped its own refs long before).
+void actor_refs_lost() {
+  auto holder = manta::actor<RefHolder>().resources({{"special", 1}}).max_restarts(1).remote(
+      std::vector<doubles_ref>{manta::put(std::vector<double>(1000, 1.0)), manta::put(std::vector<double>(200'000, 0.5))});
+  const double before = manta::get(holder.task(&RefHolder::total).remote(), std::chrono::seconds(30));
+  const int at = manta::get(holder.task(&RefHolder::host).remote());
+  ::kill(at, SIGKILL);
+  // (A call made before the head saw the node go would fail with it.)
+  check(wait_for([] { return alive_nodes() == 1; }, std::chrono::seconds(20)), "the killed node is lost");
+  const int again = manta::get(holder.task(&RefHolder::host).remote(), std::chrono::seconds(30));
+  check(again > 0 && again != at, "the actor started again on the other node");
+  check(manta::get(holder.task(&RefHolder::total).remote(), std::chrono::seconds(30)) == before && before == 101'000,
+        "and read its constructor's refs there");
 }
 
 /// An actor whose constructor took a long value starts again on another node.
@@ -991,6 +1016,7 @@ int main(int argc, char** argv) {
   else if (scenario == "named_owner") named_owner();
   else if (scenario == "named_user") named_user();
   else if (scenario == "refs_inside") refs_inside();
+  else if (scenario == "actor_refs_lost") actor_refs_lost();
   else return 2;
   manta::shutdown();
   return failures == 0 ? 0 : 1;

@@ -259,6 +259,10 @@ TEST_F(cluster, refs_inside_the_arguments_of_a_task_on_a_node_name_the_drivers_o
   EXPECT_EQ(with_two_nodes("refs_inside"), std::make_pair(0, 0));
 }
 
+TEST_F(cluster, an_actor_whose_constructor_took_refs_starts_again_on_another_node_and_reads_them) {
+  EXPECT_EQ(with_two_nodes("actor_refs_lost"), std::make_pair(0, 128 + SIGKILL));
+}
+
 TEST_F(cluster, a_lost_head_fails_remote_work_and_every_node_exits) {
   pid_t node = member(true, {"special"}, "node-1.log");
   pid_t driver = member(false, {"head_lost", "1"}, "driver.log");

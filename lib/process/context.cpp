@@ -57,6 +57,7 @@ context_use::~context_use() {
 
 namespace {
 std::atomic<bool> forked_away{false};  // this process is a fork of a driver's
+std::atomic<bool> forked{false};       // a fork child of a process that made runtimes
 std::atomic<bool> spawned{false};      // the zygote or one of its descendants
 /// The epochs of the runtimes made since the last fork that left one behind:
 /// a ring, lock-free because a fork may land anywhere (a child that makes more
@@ -74,7 +75,7 @@ std::uint32_t new_epoch() {
 }
 
 bool made_since_fork(std::uint32_t epoch) noexcept {
-  if (!forked_away.load()) return true;
+  if (!forked.load()) return true;
   const std::size_t n = std::min(made_count.load(), made_here.size());
   for (std::size_t i = 0; i < n; ++i)
     if (made_here[i].load() == epoch) return true;
@@ -97,11 +98,17 @@ process_context& require_context(const char* what) {
   return *c;
 }
 
+void forget_parents_allocations() noexcept {
+  for (auto& e : made_here) e.store(0);  // (a slot counted but not yet written reads 0, never a parent's epoch)
+  made_count.store(0);
+  forked.store(true);
+  allocate_from_malloc.store(true);
+}
+
 void forget_context_after_fork() noexcept {
   current.store(nullptr, std::memory_order_release);
   forked_away.store(true);
-  made_count.store(0);
-  allocate_from_malloc.store(true);
+  forget_parents_allocations();
   // Threads that held it shared in the parent do not exist here.
   new (&context_mu) std::shared_mutex();
   shared_depth = 0;

@@ -65,13 +65,19 @@ void mark_spawned_by_runtime() noexcept;
 /// Whether a runtime of this epoch was made in this process since its last
 /// fork (only those runtimes' refs are freed in a fork child: the others'
 /// entries point into arenas the parent still uses, and came from the parent's
-/// allocator). True for every epoch in a process that was never forked so.
+/// allocator). True for every epoch in a process that was never forked so
+/// (forget_parents_allocations).
 bool made_since_fork(std::uint32_t epoch) noexcept;
 
-/// Set in a fork child whose parent ran a runtime: threads of the parent may
+/// Set in a fork child of a process that made runtimes: threads of the parent may
 /// have held the locks of TBB's allocator, which has no fork handlers, so the
 /// runtime's objects come from malloc here from then on (runtime/pool_allocated.hpp).
 inline std::atomic<bool> allocate_from_malloc{false};
+
+/// In a fork child of a process that made runtimes (and not a process of the
+/// runtime's own): allocates from malloc from now on and frees none of the
+/// parent's runtimes' refs (see allocate_from_malloc).
+void forget_parents_allocations() noexcept;
 
 /// In a child the program forked from a driver: the runtime stays the parent's.
 /// The context is dropped (without touching the parent's processes), and so is

@@ -81,6 +81,10 @@ void after_fork_in_child() {
     left_by_fork = std::exchange(node, nullptr);  // the parent's; never touched here
     local_left_by_fork = std::exchange(local, nullptr);
     owner = 0;
+  } else if (!in_lifecycle && !in_worker()) {
+    // A fork after shutdown: threads of the parent may still have been freeing
+    // refs of its runtimes (never init's own fork of the zygote, nor the zygote's).
+    process::forget_parents_allocations();
   }
   if (unlock) lifecycle_mu.unlock();
 }
@@ -182,7 +186,20 @@ void init(const options& opts) {
       local = new runtime::local_runtime(opts);
       process::set_current_context(local);
     } else {
-      node = new runtime::node_runtime(opts);
+      try {
+        node = new runtime::node_runtime(opts);
+      } catch (const std::exception& e) {
+        // The other ranks of an MPI launch wait in its broadcast: rank 0 tells
+        // them why no head comes; another rank still takes its part.
+        if (role.launch && runtime::launch_over_mpi(*role.launch))
+          runtime::send_launch_over_mpi(*role.launch, "", "", e.what());
+        else if (head_over_mpi)
+          try {
+            runtime::receive_launch_over_mpi(*head_over_mpi);
+          } catch (const std::exception&) {
+          }
+        throw;
+      }
       process::set_current_context(node);
       try {
         if (!role.drive.empty()) node->join_cluster(role.drive, token);

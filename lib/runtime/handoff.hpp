@@ -17,10 +17,13 @@ class intrusive_handoff {
  public:
   void push(T* item) noexcept {
     item->*Next = head_.load(std::memory_order_relaxed);
-    while (!head_.compare_exchange_weak(item->*Next, item, std::memory_order_release, std::memory_order_relaxed)) {
+    // Sequentially consistent, as the lock's holder checks empty() after it
+    // lets go while the pusher tries the lock after it pushes: one of the two
+    // must see the other.
+    while (!head_.compare_exchange_weak(item->*Next, item, std::memory_order_seq_cst, std::memory_order_relaxed)) {
     }
   }
-  bool empty() const noexcept { return head_.load(std::memory_order_acquire) == nullptr; }
+  bool empty() const noexcept { return head_.load(std::memory_order_seq_cst) == nullptr; }
   /// Every item pushed so far, oldest first, linked through Next (nullptr ends it).
   T* take() noexcept {
     T* newest = head_.exchange(nullptr, std::memory_order_acquire);
@@ -41,9 +44,9 @@ class locked_handoff {
   void push(T value) {
     std::lock_guard lock(mu_);
     items_.push_back(std::move(value));
-    nonempty_.store(true, std::memory_order_release);
+    nonempty_.store(true, std::memory_order_seq_cst);  // (as above)
   }
-  bool empty() const noexcept { return !nonempty_.load(std::memory_order_acquire); }
+  bool empty() const noexcept { return !nonempty_.load(std::memory_order_seq_cst); }
   std::vector<T> take() {
     std::lock_guard lock(mu_);
     nonempty_.store(false, std::memory_order_relaxed);

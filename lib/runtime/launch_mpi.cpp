@@ -49,12 +49,19 @@ class mpi_session {
   mpi_session(const mpi_session&) = delete;
   mpi_session& operator=(const mpi_session&) = delete;
 
-  /// Rank 0's `message` on every rank.
+  /// Rank 0's `message` on every rank, over a communicator of its own (a
+  /// program's collectives on MPI_COMM_WORLD cannot match it).
   std::string broadcast(std::string message) {
+    MPI_Comm comm;
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &comm));
     unsigned long long size = message.size();
-    check(MPI_Bcast(&size, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD));
-    message.resize(size);
-    check(MPI_Bcast(message.data(), static_cast<int>(size), MPI_CHAR, 0, MPI_COMM_WORLD));
+    int rc = MPI_Bcast(&size, 1, MPI_UNSIGNED_LONG_LONG, 0, comm);
+    if (rc == MPI_SUCCESS) {
+      message.resize(size);
+      rc = MPI_Bcast(message.data(), static_cast<int>(size), MPI_CHAR, 0, comm);
+    }
+    MPI_Comm_free(&comm);
+    check(rc);
     return message;
   }
 

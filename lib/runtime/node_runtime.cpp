@@ -357,7 +357,10 @@ void node_runtime::host_launch(const launch& l, const std::string& dir) {
     try {
       launch_head_ = std::make_unique<launch_head>(l, "");
     } catch (const std::exception& e) {
-      send_launch_over_mpi(l, "", "", e.what());
+      try {
+        send_launch_over_mpi(l, "", "", e.what());
+      } catch (const std::exception&) {  // (the first error says more)
+      }
       throw;
     }
     send_launch_over_mpi(l, launch_head_->address(), launch_head_->token(), "");
@@ -581,6 +584,12 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   for (object_entry* e : refs_inside) {
     e->on_nodes = true;
     out.objects.push_back(object_key(cluster_->id(), e->id));
+    if (t.mode == detail::call_mode::construct) {
+      // The head keeps the constructor to start the actor again on another
+      // node, which fetches these then: they live as long as the actor.
+      detail::acquire(e);
+      t.actor->ctor_contained.push_back(e);
+    }
   }
   if (!cluster_->send(std::move(out), std::move(held)))  // (gives them back itself)
     return refuse(ipc::error_kind::node_died, "manta::node_died_error",
@@ -691,6 +700,8 @@ detail::ref_node* node_runtime::put_extent(std::uint64_t tag, const detail::exte
 detail::ref_node* node_runtime::put(const detail::encoded_value& v) { return put_as(dir_->next_id(), v); }
 
 detail::ref_node* node_runtime::import_object(const object_id& id, const detail::encoded_value& v) {
+  if ((id.hi >> 32) == epoch_)  // (two random epochs alike: 1 in 2^32)
+    throw usage_error("manta: an object of a driver has an id of this node's own runtime; restart the node");
   if (object_entry* e = dir_->acquire(id)) return e;  // still here: a worker kept a ref to it
   control_->holds_imports.store(true, std::memory_order_release);  // (before any task here reads a ref to it)
   return put_as(id, v);
