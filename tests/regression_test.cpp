@@ -538,6 +538,41 @@ TEST_F(regression, forks_beside_a_submitting_thread_leave_the_child_a_working_ap
   EXPECT_EQ(failed, 0);
 }
 
+// A fork after shutdown: threads of the parent may have been inside TBB's
+// allocator, so the child takes its runtime's objects from malloc, and it never
+// frees refs of its parent's runtimes (TBB's blocks: free() on one would
+// corrupt the heap). Its own runtime works, and dropping the old refs is safe.
+TEST(regression_process, a_child_forked_after_shutdown_runs_a_runtime_and_drops_old_refs) {
+  auto r = in_child(
+      []() -> std::string {
+        manta::init({.num_workers = 1});
+        auto old = manta::put(std::vector<int>(1000, 1));
+        auto old_result = manta::task(plus).remote(1, 2);
+        if (manta::get(old_result, 10s) != 3) return "the first runtime's task";
+        manta::shutdown();
+        std::fflush(nullptr);
+        pid_t child = ::fork();
+        if (child == 0) {
+          manta::init({.num_workers = 1});
+          auto mine = manta::put(std::vector<int>(1000, 2));
+          const int sum = manta::get(manta::task(plus).remote(20, 22), 10s);
+          old = {};  // refs of the parent's runtime: left unfreed
+          old_result = {};
+          mine = {};  // its own: freed
+          manta::shutdown();
+          ::_exit(sum == 42 ? 0 : 1);
+        }
+        int status = 0;
+        if (!manta::testing::reap_within(child, 20s, status)) return "the child hung";
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "the child ended with status " + std::to_string(status);
+        old = {};  // the parent frees them (through TBB's allocator)
+        old_result = {};
+        return "";
+      },
+      60s);
+  EXPECT_TRUE(r.ok()) << r.what();
+}
+
 // Found by review of the restructuring: a child the driver forks that drops its
 // copy of a ref freed the object's extent in the allocator it shares with the
 // parent; the parent's next put reused it under a live object.
