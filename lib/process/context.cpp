@@ -64,12 +64,14 @@ std::atomic<bool> spawned{false};      // the zygote or one of its descendants
 /// runtimes than it holds leaves the oldest ones' late refs unfreed).
 std::array<std::atomic<std::uint32_t>, 64> made_here{};
 std::atomic<std::size_t> made_count{0};
+std::atomic<bool> made_any{false};  // a runtime was ever made in this process (or its parents)
 }  // namespace
 
 std::uint32_t new_epoch() {
   std::random_device rd;
   std::uint32_t e = 0;
   while (e == 0) e = rd();
+  made_any.store(true);
   made_here[made_count.fetch_add(1) % made_here.size()].store(e);
   return e;
 }
@@ -99,6 +101,10 @@ process_context& require_context(const char* what) {
 }
 
 void forget_parents_allocations() noexcept {
+  // Threads that held it shared in the parent (dropping refs) do not exist here.
+  new (&context_mu) std::shared_mutex();
+  shared_depth = 0;
+  if (!made_any.load()) return;  // no runtime ever allocated here: TBB's allocator is as good as ever
   for (auto& e : made_here) e.store(0);  // (a slot counted but not yet written reads 0, never a parent's epoch)
   made_count.store(0);
   forked.store(true);
@@ -109,9 +115,6 @@ void forget_context_after_fork() noexcept {
   current.store(nullptr, std::memory_order_release);
   forked_away.store(true);
   forget_parents_allocations();
-  // Threads that held it shared in the parent do not exist here.
-  new (&context_mu) std::shared_mutex();
-  shared_depth = 0;
 }
 
 }  // namespace manta::process

@@ -74,9 +74,10 @@ bool made_since_fork(std::uint32_t epoch) noexcept;
 /// runtime's objects come from malloc here from then on (runtime/pool_allocated.hpp).
 inline std::atomic<bool> allocate_from_malloc{false};
 
-/// In a fork child of a process that made runtimes (and not a process of the
-/// runtime's own): allocates from malloc from now on and frees none of the
-/// parent's runtimes' refs (see allocate_from_malloc).
+/// In a fork child (not a process of the runtime's own): the context lock as
+/// threads of the parent left it is reset; if a runtime was ever made here,
+/// allocates from malloc from now on and frees none of the parent's
+/// runtimes' refs (see allocate_from_malloc).
 void forget_parents_allocations() noexcept;
 
 /// In a child the program forked from a driver: the runtime stays the parent's.

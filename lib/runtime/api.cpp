@@ -192,7 +192,10 @@ void init(const options& opts) {
         // The other ranks of an MPI launch wait in its broadcast: rank 0 tells
         // them why no head comes; another rank still takes its part.
         if (role.launch && runtime::launch_over_mpi(*role.launch))
-          runtime::send_launch_over_mpi(*role.launch, "", "", e.what());
+          try {
+            runtime::send_launch_over_mpi(*role.launch, "", "", e.what());
+          } catch (const std::exception&) {  // (the first error says more)
+          }
         else if (head_over_mpi)
           try {
             runtime::receive_launch_over_mpi(*head_over_mpi);
