@@ -163,6 +163,9 @@ struct RefHolder {
   explicit RefHolder(std::vector<doubles_ref> r) : refs(std::move(r)) {}
   double total() const { return sum_refs(refs)[0]; }
   int host() const { return where(); }
+  /// A ref to an object made on its node, and what refs it is given name.
+  std::vector<doubles_ref> make(int n) const { return {manta::put(std::vector<double>(static_cast<std::size_t>(n), 1.0))}; }
+  double read(std::vector<doubles_ref> r) const { return sum_refs(std::move(r))[0]; }
   std::vector<doubles_ref> refs;
 };
 
@@ -173,6 +176,26 @@ double nested_sum(std::vector<doubles_ref> refs) {
   const double again = manta::get(manta::task(sum_refs).remote(stored), std::chrono::seconds(30))[0];
   return nested == again ? nested : -1;
 }
+
+// ---- results holding refs, from a node: what they name goes back with them
+/// Refs to objects made on its node: put there (small and large), and the
+/// result of a nested task there still running when this one returns.
+std::vector<doubles_ref> made_here() {
+  return {manta::put(std::vector<double>{1, 2, 3}), manta::put(std::vector<double>(300'000, 0.5)),
+          manta::task(slow_doubles).remote(300, 100)};
+}
+/// A ref to a stored list of refs, all made on its node.
+manta::object_ref<std::vector<doubles_ref>> refs_in_a_ref() {
+  return manta::put(std::vector<doubles_ref>{manta::put(std::vector<double>(200'000, 1.0)),
+                                             manta::put(std::vector<double>{4})});
+}
+/// The refs it was given (the driver's objects), and one of its own.
+std::vector<doubles_ref> given_and_made(std::vector<doubles_ref> refs) {
+  refs.push_back(manta::put(std::vector<double>{5}));
+  return refs;
+}
+std::vector<doubles_ref> failed_inside() { return {manta::task(failing_doubles).remote()}; }
+std::vector<manta::actor_handle<Counter>> handle_back() { return {manta::actor<Counter>().remote(1)}; }
 
 /// Crashes its worker.
 int crash() {
@@ -187,9 +210,10 @@ int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.tas
 
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
              bytes_of, add_through, marked_nap, together, nap_with, crash, sum_refs, sum_scaled, slow_doubles,
-             failing_doubles, count_handles, nested_sum);
+             failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
+             handle_back);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
-MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host);
+MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host, &RefHolder::make, &RefHolder::read);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
             &Counter::absorb, &Counter::count_refs);
 
@@ -715,6 +739,71 @@ void refs_inside() {
         "the nodes' copies went with the driver's refs");
 }
 
+/// Results of tasks on a node that hold refs: the objects they name, made on
+/// that node, come back with them; the driver reads them, passes them on (to a
+/// node again), and frees them.
+void refs_back() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  auto sum = [](const std::vector<std::vector<double>>& vs) {
+    double s = 0;
+    for (const auto& v : vs) s += std::accumulate(v.begin(), v.end(), 0.0);
+    return s;
+  };
+  auto made = manta::get(manta::task(made_here).resources(on_special).remote(), std::chrono::seconds(60));
+  check(made.size() == 3 && sum(manta::get(made, std::chrono::seconds(30))) == 6 + 150'000 + 200,
+        "refs a task on a node returns name its objects (small, large, a nested task's), read here");
+  auto list = manta::get(manta::task(refs_in_a_ref).resources(on_special).remote(), std::chrono::seconds(60));
+  check(sum(manta::get(manta::get(list), std::chrono::seconds(30))) == 200'000 + 4,
+        "a ref to a list of refs, all made on a node, is read here");
+  std::vector<doubles_ref> mine{manta::put(std::vector<double>{7}), manta::put(std::vector<double>(300'000, 1.0))};
+  auto mixed = manta::get(manta::task(given_and_made).resources(on_special).remote(mine), std::chrono::seconds(60));
+  check(mixed.size() == 3 && sum(manta::get(mixed)) == 7 + 300'000 + 5,
+        "a result holding the driver's refs and one of the node's");
+  // Passed on to tasks on the nodes: one of them made these objects (its own ids come back to it).
+  std::set<int> ran_on;
+  for (int i = 0; i < 6; ++i) {
+    auto out = manta::get(manta::task(sum_refs).resources(on_special).remote(made), std::chrono::seconds(60));
+    check(out[0] == 6 + 150'000 + 200, "refs a node made, passed to a node again, are read there");
+    ran_on.insert(static_cast<int>(out[1]));
+  }
+  std::printf("the refs went back to %zu node(s)\n", ran_on.size());
+  {
+    // Back to the node that made it (an actor's calls all run there), after
+    // its own copy went: it keeps the driver's under the id it gave it.
+    auto holder = manta::actor<RefHolder>().resources(on_special).remote(std::vector<doubles_ref>{});
+    auto own = manta::get(holder.task(&RefHolder::make).remote(300'000), std::chrono::seconds(60));
+    check(manta::get(holder.task(&RefHolder::read).remote(own), std::chrono::seconds(60)) == 300'000,
+          "an object a node made, sent back to that node by the driver, is read there");
+  }
+  check(manta::get(manta::task(nested_sum).resources(on_special).remote(mixed), std::chrono::seconds(60)) ==
+            7 + 300'000 + 5,
+        "refs from a node's result, mixed with the driver's, go on to nested tasks on a node");
+  // What failed inside fails when read, saying why; the result itself is fine.
+  auto failed = manta::get(manta::task(failed_inside).resources(on_special).remote(), std::chrono::seconds(60));
+  try {
+    manta::get(failed.at(0), std::chrono::seconds(30));
+    check(false, "a ref to a task that failed on a node fails when read");
+  } catch (const manta::error& e) {
+    check(std::string(e.what()).find("no doubles today") != std::string::npos,
+          std::string("a ref to a task that failed on a node fails when read, saying why: ") + e.what());
+  }
+  try {
+    manta::get(manta::task(handle_back).resources(on_special).remote(), std::chrono::seconds(60));
+    check(false, "a result holding an actor handle from a node fails");
+  } catch (const manta::usage_error& e) {
+    check(std::string(e.what()).find("actor handle") != std::string::npos,
+          std::string("a result holding an actor handle from a node fails, saying why: ") + e.what());
+  }
+  check(manta::get(manta::task(add_one).resources(on_special).remote(1)) == 2, "the cluster goes on");
+  made.clear();
+  list = {};
+  mixed.clear();
+  mine.clear();
+  failed.clear();
+  check(wait_for([] { return total(objects_on_nodes()) == 0; }, std::chrono::seconds(20)),
+        "the nodes' copies went with the driver's refs");
+}
+
 void named_user() {
   const std::map<std::string, double> half{{"special", 0.5}};
   check(marked("owner-ready", std::chrono::seconds(60)), "the owner started its actor");
@@ -1016,6 +1105,7 @@ int main(int argc, char** argv) {
   else if (scenario == "named_owner") named_owner();
   else if (scenario == "named_user") named_user();
   else if (scenario == "refs_inside") refs_inside();
+  else if (scenario == "refs_back") refs_back();
   else if (scenario == "actor_refs_lost") actor_refs_lost();
   else return 2;
   manta::shutdown();

@@ -259,6 +259,10 @@ TEST_F(cluster, refs_inside_the_arguments_of_a_task_on_a_node_name_the_drivers_o
   EXPECT_EQ(with_two_nodes("refs_inside"), std::make_pair(0, 0));
 }
 
+TEST_F(cluster, refs_inside_the_results_of_a_task_on_a_node_bring_the_objects_they_name) {
+  EXPECT_EQ(with_two_nodes("refs_back"), std::make_pair(0, 0));
+}
+
 TEST_F(cluster, an_actor_whose_constructor_took_refs_starts_again_on_another_node_and_reads_them) {
   EXPECT_EQ(with_two_nodes("actor_refs_lost"), std::make_pair(0, 128 + SIGKILL));
 }

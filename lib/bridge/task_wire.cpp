@@ -140,17 +140,40 @@ std::string encode_outcome(const task_outcome& o) {
   return body;
 }
 
+namespace {
+json error_json(const remote_error& e) {
+  return {{"kind", e.kind},         {"remote_type", e.remote_type}, {"message", e.message},
+          {"function", e.function}, {"chain", e.chain},             {"stack", e.stack},
+          {"pid", e.pid},           {"signal", e.signal}};
+}
+remote_error read_error(const json& e) {
+  remote_error out;
+  out.kind = e.at("kind").get<std::uint8_t>();
+  out.remote_type = e.at("remote_type").get<std::string>();
+  out.message = e.at("message").get<std::string>();
+  out.function = e.at("function").get<std::string>();
+  out.chain = e.at("chain").get<std::string>();
+  out.stack = e.at("stack").get<std::string>();
+  out.pid = e.at("pid").get<std::int32_t>();
+  out.signal = e.at("signal").get<std::int32_t>();
+  return out;
+}
+}  // namespace
+
 std::string encode_outcome_head(const task_outcome& o) {
   json h = {{"ok", o.ok}, {"node", o.node}};
   if (o.ok) {
     json values = json::array();
-    for (const auto& v : o.values) values.push_back({{"tag", v.tag}, {"size", v.data().size()}});
+    for (const auto& v : o.values) {
+      json value = {{"tag", v.tag}, {"size", v.data().size()}};
+      if (!v.inside.empty()) value["inside"] = v.inside;
+      if (!v.id.empty()) value["id"] = v.id;
+      if (v.error) value["error"] = error_json(*v.error);
+      values.push_back(std::move(value));
+    }
     h["values"] = std::move(values);
   } else {
-    const remote_error& e = o.error;
-    h["error"] = {{"kind", e.kind},   {"remote_type", e.remote_type}, {"message", e.message},
-                  {"function", e.function}, {"chain", e.chain},   {"stack", e.stack},
-                  {"pid", e.pid},     {"signal", e.signal}};
+    h["error"] = error_json(o.error);
   }
   return head_bytes(o.id, h);
 }
@@ -173,20 +196,16 @@ task_outcome read_outcome(const parts& p, Take&& take) {
         const auto size = values[i].at("size").get<std::uint64_t>();
         if (size > p.payload_size - at) throw wire_error("manta bridge: an outcome's values run past its end");
         o.values.push_back({values[i].at("tag").get<std::uint64_t>(), {}});
+        remote_value& v = o.values.back();
+        v.inside = values[i].value("inside", std::vector<std::string>());
+        v.id = values[i].value("id", std::string());
+        if (values[i].contains("error")) v.error = read_error(values[i].at("error"));
         take(o.values.back(), at, size, i + 1 == values.size());
         at += size;
       }
       if (at != p.payload_size) throw wire_error("manta bridge: an outcome with bytes past its values");
     } else {
-      const json& e = h.at("error");
-      o.error.kind = e.at("kind").get<std::uint8_t>();
-      o.error.remote_type = e.at("remote_type").get<std::string>();
-      o.error.message = e.at("message").get<std::string>();
-      o.error.function = e.at("function").get<std::string>();
-      o.error.chain = e.at("chain").get<std::string>();
-      o.error.stack = e.at("stack").get<std::string>();
-      o.error.pid = e.at("pid").get<std::int32_t>();
-      o.error.signal = e.at("signal").get<std::int32_t>();
+      o.error = read_error(h.at("error"));
     }
   } catch (const json::exception& e) {
     throw wire_error(std::string("manta bridge: a malformed outcome: ") + e.what());

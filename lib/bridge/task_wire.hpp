@@ -90,13 +90,22 @@ struct remote_value {
   std::string bytes;
   /// Instead of `bytes`, when set: bytes the sender keeps alive until sent (encoding reads them).
   std::optional<std::string_view> borrowed;
+  /// The ids (32 hex digits each) of the object_refs serialised in it.
+  std::vector<std::string> inside;
+  /// Empty for a task's result. Set for an object a result's refs name that
+  /// the node made (carried back with the results): its id there.
+  std::string id;
+  /// A carried object that failed: why (no bytes).
+  std::optional<remote_error> error;
   std::string_view data() const noexcept { return borrowed ? *borrowed : std::string_view(bytes); }
 };
 
 struct task_outcome {
   std::uint64_t id = 0;  ///< the task's number, as the receiver knows it
   bool ok = true;
-  std::vector<remote_value> values;  ///< one per return, when ok
+  /// When ok: one per return, then the objects the node made that refs
+  /// inside them name (and refs inside those), the innermost first.
+  std::vector<remote_value> values;
   remote_error error;                ///< when not ok
   std::string node;                  ///< the node that ran it (or was to)
 };

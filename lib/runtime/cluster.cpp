@@ -13,6 +13,7 @@
 #include <fstream>
 #include <optional>
 #include <set>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -507,30 +508,91 @@ void end_actor(node_runtime& rt, actor_table& actors, const bridge::actor_end& e
   actors.erase(it);
 }
 
-/// The outcome of a job whose results are all sealed; its values borrow the
-/// results' bytes in the arena (pinned) until done_with.
+/// The objects this node made that refs inside `j`'s results name, and refs
+/// inside those, each after the ones it holds refs to (the driver keeps them
+/// in that order). Objects of drivers, which tasks here were given, are not
+/// among them: their driver has them.
+std::vector<object_entry*> made_here_inside(const node_runtime& rt, const job& j) {
+  std::vector<object_entry*> out;
+  std::unordered_set<const object_entry*> seen;
+  std::vector<std::pair<object_entry*, std::size_t>> path;  // an entry, and its next ref to follow
+  auto visit = [&](detail::ref_node* n) {
+    auto* e = static_cast<object_entry*>(n);
+    if ((e->id.hi >> 32) == rt.epoch() && seen.insert(e).second) path.emplace_back(e, 0);
+  };
+  for (detail::ref_node* r : j.returns)
+    for (detail::ref_node* c : static_cast<object_entry*>(r)->contained) {
+      visit(c);
+      while (!path.empty()) {
+        auto& [e, next] = path.back();
+        if (next < e->contained.size() && e->status() == state_ready) {
+          visit(e->contained[next++]);
+        } else {
+          out.push_back(e);
+          path.pop_back();
+        }
+      }
+    }
+  return out;
+}
+
+/// What `j` still waits for: a result not sealed, or an object made here that
+/// one names and that is not made yet; null when it can be answered.
+detail::ref_node* awaited(const node_runtime& rt, const job& j) {
+  for (detail::ref_node* r : j.returns)
+    if (static_cast<object_entry*>(r)->status() == state_pending) return r;
+  for (detail::ref_node* r : j.returns)
+    if (static_cast<object_entry*>(r)->status() == state_ready && !static_cast<object_entry*>(r)->contained.empty())
+      for (object_entry* e : made_here_inside(rt, j))
+        if (e->status() == state_pending) return e;
+  return nullptr;
+}
+
+/// The outcome of a job that awaits nothing; its values borrow the results'
+/// bytes in the arena (pinned) until done_with. Objects made here that refs
+/// in the results name go with them: the driver keeps them under their ids.
 bridge::task_outcome finish(node_runtime& rt, job& j) {
   bridge::task_outcome o;
   o.id = j.id;
   std::size_t bytes = 0;
-  for (detail::ref_node* n : j.returns) {
+  auto add = [&](detail::ref_node* n, bool carried) {
     auto* e = static_cast<object_entry*>(n);
-    if (!o.ok) break;
-    if (e->status() == state_failed) {
-      o = failed_outcome(j.id, e->error->describe());
-    } else if (!e->contained.empty()) {
-      o = failed_outcome(j.id, usage("manta: a result holding object_refs cannot go back to another node yet", ""));
+    if (carried && e->actor) {
+      o = failed_outcome(j.id, usage("manta: a result holding an actor handle cannot go back to another node yet", ""));
+    } else if (e->status() == state_failed) {
+      if (!carried) {
+        o = failed_outcome(j.id, e->error->describe());
+        return;
+      }
+      bridge::remote_value v;
+      v.id = id_text(e->id);
+      v.error = to_remote(e->error->describe());
+      o.values.push_back(std::move(v));
     } else if ((bytes += e->size) > bridge::max_long_body - (1u << 20)) {
-      o = failed_outcome(j.id, usage("manta: results of " + std::to_string(bytes) + " bytes are over the " +
-                                         std::to_string(bridge::max_long_body >> 30) +
+      o = failed_outcome(j.id, usage("manta: results of " + std::to_string(bytes) + " bytes (with the objects their "
+                                         "refs name) are over the " + std::to_string(bridge::max_long_body >> 30) +
                                          " GiB a result may carry between nodes",
                                      ""));
     } else {
       detail::object_data d = rt.fetch(n, detail::no_deadline);  // sealed: returns at once, pinned
       j.pinned.push_back(n);
-      o.values.push_back({d.type_tag, {}, std::string_view(reinterpret_cast<const char*>(d.data), d.size)});
+      bridge::remote_value v{d.type_tag, {}, std::string_view(reinterpret_cast<const char*>(d.data), d.size)};
+      for (const detail::ref_node* c : e->contained) v.inside.push_back(id_text(c->id));
+      if (carried) v.id = id_text(e->id);
+      o.values.push_back(std::move(v));
     }
+  };
+  bool holds_refs = false;
+  for (detail::ref_node* n : j.returns) {
+    if (!o.ok) break;
+    add(n, false);
+    holds_refs = holds_refs || !static_cast<object_entry*>(n)->contained.empty();
   }
+  if (holds_refs)
+    for (object_entry* e : made_here_inside(rt, j)) {
+      if (!o.ok) break;
+      add(e, true);
+    }
   if (!o.ok) o.values.clear();
   return o;
 }
@@ -831,17 +893,18 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         park(std::move(a));  // (an end: behind its actor's parked calls)
       }
     }
-    auto sealed = [](const job& j) {
-      return std::all_of(j.returns.begin(), j.returns.end(),
-                         [](detail::ref_node* n) { return static_cast<object_entry*>(n)->status() != state_pending; });
-    };
+    auto sealed = [&](const job& j) { return !awaited(rt, j); };
     if (!running.empty() && !lost && arrived.empty() && std::none_of(running.begin(), running.end(), sealed)) {
       // Nothing done yet: sleep until one of the oldest is (they mostly finish
       // first), or briefly, so tasks that arrive meanwhile are taken soon.
       watch.clear();
-      for (std::size_t i = 0; i < running.size() && watch.size() < 32; ++i)
-        watch.insert(watch.end(), running[i].returns.begin(), running[i].returns.end());
-      rt.wait(watch, 1, detail::clock::now() + std::chrono::milliseconds(2), ready);
+      bool one_done = false;  // since the check above (sealed by the runtime's threads)
+      for (std::size_t i = 0; i < running.size() && watch.size() < 32 && !one_done; ++i) {
+        detail::ref_node* next = awaited(rt, running[i]);
+        if (next) watch.push_back(next);
+        else one_done = true;
+      }
+      if (!one_done) rt.wait(watch, 1, detail::clock::now() + std::chrono::milliseconds(2), ready);
     }
     for (auto& j : running) {
       if (lost || !sealed(j)) continue;
@@ -865,15 +928,29 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   return why;
 }
 
-std::optional<object_id> id_in_object_key(const std::string& key) {
-  const std::size_t slash = key.rfind('/');
-  if (slash == std::string::npos || key.size() - slash != 33) return std::nullopt;
+std::string id_text(const object_id& id) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%016llx%016llx", static_cast<unsigned long long>(id.hi),
+                static_cast<unsigned long long>(id.lo));
+  return text;
+}
+
+std::optional<object_id> id_from_text(std::string_view text) {
+  if (text.size() != 32) return std::nullopt;
   object_id id;
-  const char* hex = key.data() + slash + 1;
+  const char* hex = text.data();
   if (std::from_chars(hex, hex + 16, id.hi, 16).ptr != hex + 16 ||
       std::from_chars(hex + 16, hex + 32, id.lo, 16).ptr != hex + 32)
     return std::nullopt;
   return id;
+}
+
+std::string object_key(const std::string& driver, const object_id& id) { return driver + "/" + id_text(id); }
+
+std::optional<object_id> id_in_object_key(const std::string& key) {
+  const std::size_t slash = key.rfind('/');
+  if (slash == std::string::npos) return std::nullopt;
+  return id_from_text(std::string_view(key).substr(slash + 1));
 }
 
 // ---- launchers

@@ -21,6 +21,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -189,6 +190,11 @@ void finalize_programs_mpi() noexcept;
 /// @throws bridge::join_error if it cannot join
 std::string serve_as_node(node_runtime& rt, const std::string& address, const std::string& token);
 
+/// An object id as 32 hex digits, and back (nullopt if malformed).
+std::string id_text(const object_id& id);
+std::optional<object_id> id_from_text(std::string_view text);
+/// An object's key in the cluster: its driver's id, then its id.
+std::string object_key(const std::string& driver, const object_id& id);
 /// The id an object's key in the cluster ("<driver id>/<32 hex digits>") ends
 /// with, as its driver made it; nullopt if the key is malformed.
 std::optional<object_id> id_in_object_key(const std::string& key);

@@ -390,14 +390,6 @@ std::vector<manta::node_info> node_runtime::cluster_nodes() {
 }
 
 namespace {
-/// An object's key in the cluster: its driver's id, then its id.
-std::string object_key(const std::string& driver, const object_id& id) {
-  char text[48];
-  std::snprintf(text, sizeof text, "/%016llx%016llx", static_cast<unsigned long long>(id.hi),
-                static_cast<unsigned long long>(id.lo));
-  return driver + text;
-}
-
 /// The id in a key this driver made, if it is one.
 std::optional<object_id> id_of_key(const std::string& key, const std::string& driver) {
   if (key.size() != driver.size() + 33 || key.compare(0, driver.size(), driver) != 0) return std::nullopt;
@@ -631,16 +623,61 @@ bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
 
 void node_runtime::remote_finished(bridge::task_outcome&& o) {
   std::vector<ipc::value_location> values;
-  for (const auto& v : o.values)
-    values.push_back({v.tag, v.bytes.size(), ipc::no_offset, reinterpret_cast<const std::byte*>(v.bytes.data())});
+  std::vector<std::vector<object_id>> inside;  // per result: the ids of the refs in it
   ipc::error_info error;
   if (!o.ok) error = from_remote(o.error);
   process::context_use use;  // the lock order: the context lock before the scheduler's (releases take it)
+  // Held until the results hold them: what refs in the results name.
+  std::vector<detail::ref_node*> held;
+  auto release_held = [&] {
+    for (auto* n : held) detail::release(n);
+    held.clear();
+  };
   // Large results go into the arena before the scheduler's lock is taken: the
   // copy of a gigabyte holds up no dispatch (remote_done frees them if unused).
   try {
+    if (o.ok) {
+      // Objects the node made that the results' refs name come first, innermost first: kept
+      // here under the node's ids (those refs' bytes carry them).
+      auto ids = [](const std::vector<std::string>& texts) {
+        std::vector<object_id> out;
+        for (const auto& t : texts) {
+          auto id = id_from_text(t);
+          if (!id) throw usage_error("manta: a task's outcome from the cluster names a malformed object id");
+          out.push_back(*id);
+        }
+        return out;
+      };
+      for (const auto& v : o.values) {
+        if (v.id.empty()) continue;
+        auto id = id_from_text(v.id);
+        if (!id) throw usage_error("manta: a task's outcome from the cluster carries a malformed object id");
+        if (v.error) {
+          held.push_back(import_failed(*id, from_remote(*v.error)));
+          continue;
+        }
+        detail::encoded_value carried;
+        carried.type_tag = v.tag;
+        carried.borrowed = v.data().data();
+        carried.size = v.data().size();
+        carried.contained = ids(v.inside);
+        held.push_back(import_object(*id, carried));
+      }
+      for (const auto& v : o.values) {
+        if (!v.id.empty()) continue;
+        inside.push_back(ids(v.inside));
+        for (const object_id& id : inside.back()) {
+          object_entry* e = dir_->acquire(id);
+          if (!e)
+            throw usage_error("manta: a result from the cluster holds a ref to object " + id_text(id) +
+                              ", which this driver does not hold");
+          held.push_back(e);
+        }
+        values.push_back({v.tag, v.data().size(), ipc::no_offset, reinterpret_cast<const std::byte*>(v.data().data())});
+      }
+    }
     for (auto& v : values) {
-      if (!o.ok || v.size <= detail::max_inline_bytes) continue;
+      if (v.size <= detail::max_inline_bytes) continue;
       v.offset = store_->allocate(v.size);  // spills cold objects if it must
       std::memcpy(arena_->base() + v.offset, v.inline_data, v.size);
     }
@@ -649,10 +686,14 @@ void node_runtime::remote_finished(bridge::task_outcome&& o) {
       if (v.offset != ipc::no_offset) store_->deallocate(std::exchange(v.offset, ipc::no_offset));
     error = ipc::error_from_exception(std::current_exception(), o.error.function, pid_);
     o.ok = false;
+    values.clear();
   }
-  scheduler_lock lock(*this);
-  sched_->remote_done(o.id, values, o.ok ? nullptr : &error);
-  sched_->flush_dirty();  // what its results let go, or told waiting workers
+  {
+    scheduler_lock lock(*this);
+    sched_->remote_done(o.id, values, inside, o.ok ? nullptr : &error);
+    sched_->flush_dirty();  // what its results let go, or told waiting workers
+  }
+  release_held();  // (the results hold them now, if they were sealed)
 }
 
 void node_runtime::cluster_lost(const std::string& why) {
@@ -699,12 +740,31 @@ detail::ref_node* node_runtime::put_extent(std::uint64_t tag, const detail::exte
 
 detail::ref_node* node_runtime::put(const detail::encoded_value& v) { return put_as(dir_->next_id(), v); }
 
+void node_runtime::accept_import(const object_id& id) {
+  // An id of this runtime comes back only if this node made it (and a driver
+  // kept it since); a later one means two runtimes drew the same epoch (1 in 2^32).
+  if ((id.hi >> 32) == epoch_ && id.lo > dir_->last_seq())
+    throw usage_error("manta: an object from another runtime has an id of this runtime's own; restart this node");
+  if ((id.hi >> 32) != epoch_)
+    control_->holds_imports.store(true, std::memory_order_release);  // (before any task here reads a ref to it)
+}
+
 detail::ref_node* node_runtime::import_object(const object_id& id, const detail::encoded_value& v) {
-  if ((id.hi >> 32) == epoch_)  // (two random epochs alike: 1 in 2^32)
-    throw usage_error("manta: an object of a driver has an id of this node's own runtime; restart the node");
   if (object_entry* e = dir_->acquire(id)) return e;  // still here: a worker kept a ref to it
-  control_->holds_imports.store(true, std::memory_order_release);  // (before any task here reads a ref to it)
+  accept_import(id);
   return put_as(id, v);
+}
+
+detail::ref_node* node_runtime::import_failed(const object_id& id, const ipc::error_info& why) {
+  if (object_entry* e = dir_->acquire(id)) return e;
+  accept_import(id);
+  call_guard guard(*this);
+  object_entry* e = dir_->create(id, 1);
+  e->owner = pid_;
+  e->error = ipc::make_failure(why);
+  e->state.store(state_failed, std::memory_order_release);
+  dir_->insert(e);
+  return e;
 }
 
 detail::ref_node* node_runtime::put_as(const object_id& id, const detail::encoded_value& v) {
@@ -825,7 +885,7 @@ void node_runtime::wait(std::span<detail::ref_node* const> nodes, std::size_t nu
 }
 
 detail::ref_node* node_runtime::ref_from_id(const object_id& id) {
-  if ((id.hi >> 32) != epoch_)
+  if ((id.hi >> 32) != epoch_ && !control_->holds_imports.load(std::memory_order_acquire))
     throw usage_error("manta: an object_ref from another runtime (or from before a shutdown) was read");
   object_entry* e = dir_->acquire(id);
   if (!e) throw usage_error("manta: a serialised object_ref names an object that no longer exists");

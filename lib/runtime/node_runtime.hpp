@@ -113,6 +113,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// A node of a cluster: keeps a driver's object under the driver's `id`, so
   /// that refs to it inside values resolve here. @throws what put throws
   detail::ref_node* import_object(const object_id& id, const detail::encoded_value& v);
+  /// The same for an object that failed (a driver keeps one a node's result names).
+  detail::ref_node* import_failed(const object_id& id, const ipc::error_info& why);
   /// Another driver killed this driver's actor `key` (from the applier thread).
   void remote_actor_killed(const std::string& key);
   std::vector<manta::node_info> cluster_nodes() override;
@@ -158,6 +160,10 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void object_settled(object_entry* e) override;
   /// Sends `e` (counted, the count given to the sender) as `ask` asks, or object_lost.
   void send_object_now(const bridge::object_note& ask, object_entry* e);
+  /// Before an object of another runtime is kept here under `id`: the
+  /// workers' control block lets them take such ids from then on.
+  /// @throws usage_error if `id` looks like one of this runtime's own it never made
+  void accept_import(const object_id& id);
   /// put, under `id`.
   detail::ref_node* put_as(const object_id& id, const detail::encoded_value& v);
   /// Asks for objects still pending, by entry (each counted once; under the scheduler's lock).

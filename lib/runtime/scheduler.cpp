@@ -145,7 +145,7 @@ bool cluster_failure(const ipc::error_info& e) {
 }  // namespace
 
 void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_location> values,
-                            const ipc::error_info* error) {
+                            std::span<const std::vector<object_id>> inside, const ipc::error_info* error) {
   // Values the caller already put into the arena (offset set) are freed unless sealed.
   auto free_placed = [&] {
     for (const auto& v : values)
@@ -192,7 +192,7 @@ void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_locati
     }
     for (std::size_t i = 0; i < at.size(); ++i) {
       t->returns[i]->made_by = t->fn;
-      seal(t->returns[i], at[i], {}, nullptr);
+      seal(t->returns[i], at[i], i < inside.size() ? inside[i] : std::vector<object_id>(), nullptr);
     }
     tasks_finished_.fetch_add(1, std::memory_order_relaxed);
     finish_task(t);

@@ -136,9 +136,11 @@ class scheduler {
   /// Sends ready tasks to workers (and starts actors that now fit).
   void dispatch();
   /// A remote task's outcome: its results (`values`, one per return; inline
-  /// data, copied into the arena when large) or its failure. A task cancelled
+  /// data, copied into the arena when large; `inside`: the ids of the refs in
+  /// each, objects in the directory) or its failure. A task cancelled
   /// meanwhile is not there any more: nothing happens.
-  void remote_done(std::uint64_t key, std::span<const ipc::value_location> values, const ipc::error_info* error);
+  void remote_done(std::uint64_t key, std::span<const ipc::value_location> values,
+                   std::span<const std::vector<object_id>> inside, const ipc::error_info* error);
   /// The cluster is gone: every remote task sent and not answered fails with `why`.
   void fail_remote(const ipc::error_info& why);
   /// When the earliest task timeout falls due (time_point::max() if none).
