@@ -182,6 +182,41 @@ TEST(bridge_wire, tasks_and_outcomes_decode_alike_moved_or_viewed_and_a_head_che
   EXPECT_THROW(decode_outcome_head(start, 3), wire_error);
 }
 
+TEST(bridge_wire, an_outcome_carries_the_ids_inside_its_values_and_the_objects_they_name) {
+  const std::string a(32, 'a'), b = std::string(16, '0') + std::string(16, 'f');
+  task_outcome o;
+  o.id = 7;
+  o.values.resize(3);
+  o.values[0].tag = 1;
+  o.values[0].bytes = "result";
+  o.values[0].inside = {a, b};
+  o.values[1].tag = 2;
+  o.values[1].bytes = "inner";
+  o.values[1].id = a;
+  o.values[2].id = b;
+  o.values[2].error = remote_error{3, "std::runtime_error", "no", "g", "", "", 12, 0};
+  const task_outcome back = decode_outcome(encode_outcome(o));
+  ASSERT_EQ(back.values.size(), 3u);
+  EXPECT_EQ(back.values[0].inside, (std::vector<std::string>{a, b}));
+  EXPECT_TRUE(back.values[0].id.empty());
+  EXPECT_EQ(back.values[1].id, a);
+  EXPECT_EQ(back.values[1].bytes, "inner");
+  ASSERT_TRUE(back.values[2].error.has_value());
+  EXPECT_EQ(back.values[2].error->message, "no");
+  EXPECT_EQ(back.values[2].error->pid, 12);
+  // An id that is not 32 hex digits is a malformed outcome: a head stops it, a driver never sees it.
+  for (const std::string& bad : {std::string(31, 'a'), std::string(32, 'g'), std::string(32, 'A')}) {
+    task_outcome wrong = o;
+    wrong.values[0].inside = {bad};
+    EXPECT_THROW(decode_outcome(encode_outcome(wrong)), wire_error) << bad;
+    const std::string start = encode_outcome_head(wrong);
+    EXPECT_THROW(decode_outcome_head(start, encode_outcome(wrong).size()), wire_error) << bad;
+    wrong = o;
+    wrong.values[1].id = bad;
+    EXPECT_THROW(decode_outcome(encode_outcome(wrong)), wire_error) << bad;
+  }
+}
+
 TEST(bridge_wire, an_actors_key_and_restarts_travel_with_its_constructor_and_its_end_on_its_own) {
   remote_task t;
   t.id = 9;

@@ -2,7 +2,7 @@
 // as in production: with MANTA_NODE set, manta::init makes it a node (and never
 // returns); otherwise it is a driver (MANTA_ADDRESS) and runs the scenario named
 // by argv[1], printing what it saw, exiting 0 if everything held.
-//   cluster_program [special]                  (MANTA_NODE) a node; "special": it has that resource
+//   cluster_program [special|rare]             (MANTA_NODE) a node; "special", "rare": it has that resource
 //   cluster_program basic|spill|node_lost|node_lost_long|head_lost|gigabyte|many_long|dies_mid_send|after_abort|
 //                   actors|actor_lost N        (MANTA_ADDRESS) a driver, once N nodes are alive
 //   cluster_program launched N                 under mpirun or srun: rank 0 drives, the others are
@@ -164,7 +164,11 @@ struct RefHolder {
   double total() const { return sum_refs(refs)[0]; }
   int host() const { return where(); }
   /// A ref to an object made on its node, and what refs it is given name.
-  std::vector<doubles_ref> make(int n) const { return {manta::put(std::vector<double>(static_cast<std::size_t>(n), 1.0))}; }
+  std::vector<doubles_ref> make(int n) const {
+    std::vector<doubles_ref> out{manta::put(std::vector<double>(static_cast<std::size_t>(n), 1.0))};
+    for (int i = 0; i < 10; ++i) out.push_back(manta::put(std::vector<double>{1.0}));  // ids past its runtime's own count
+    return out;
+  }
   double read(std::vector<doubles_ref> r) const { return sum_refs(std::move(r))[0]; }
   std::vector<doubles_ref> refs;
 };
@@ -197,6 +201,29 @@ std::vector<doubles_ref> given_and_made(std::vector<doubles_ref> refs) {
 std::vector<doubles_ref> failed_inside() { return {manta::task(failing_doubles).remote()}; }
 std::vector<manta::actor_handle<Counter>> handle_back() { return {manta::actor<Counter>().remote(1)}; }
 
+// ---- from a node to the rest of the cluster (a node with "special", one with "rare")
+const std::map<std::string, double> on_rare{{"rare", 1}};
+/// Where it ran, and where a nested task needing what only the other node has ran.
+std::vector<int> hop() { return {where(), manta::get(manta::task(where).resources(on_rare).remote(), std::chrono::seconds(30))}; }
+/// A call on a named actor found from a task (wherever it runs).
+int add_by_name(std::string name, int x) {
+  return manta::get(manta::get_actor<Counter>(name).task(&Counter::add).remote(x), std::chrono::seconds(30));
+}
+/// An object made here, and the driver's `given`, read by a task on the other node.
+std::vector<double> pass_on(doubles_ref given) {
+  auto mine = manta::put(std::vector<double>(300'000, 1.0));
+  return {manta::get(manta::task(sum_on).resources(on_rare).remote(mine), std::chrono::seconds(30)),
+          manta::get(manta::task(sum_refs).resources(on_rare).remote(std::vector<doubles_ref>{given}),
+                     std::chrono::seconds(30))[0]};
+}
+
+/// An actor started from a task, on the node that has what it asks.
+std::vector<int> actor_from_node() {
+  auto c = manta::actor<Counter>().resources(on_rare).remote(3);
+  return {manta::get(c.task(&Counter::add).remote(4), std::chrono::seconds(30)),
+          manta::get(c.task(&Counter::host).remote(), std::chrono::seconds(30)), where()};
+}
+
 /// Crashes its worker.
 int crash() {
   ::raise(SIGSEGV);
@@ -211,7 +238,7 @@ int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.tas
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
              bytes_of, add_through, marked_nap, together, nap_with, crash, sum_refs, sum_scaled, slow_doubles,
              failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
-             handle_back);
+             handle_back, hop, add_by_name, pass_on, actor_from_node);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host, &RefHolder::make, &RefHolder::read);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
@@ -772,7 +799,7 @@ void refs_back() {
     // its own copy went: it keeps the driver's under the id it gave it.
     auto holder = manta::actor<RefHolder>().resources(on_special).remote(std::vector<doubles_ref>{});
     auto own = manta::get(holder.task(&RefHolder::make).remote(300'000), std::chrono::seconds(60));
-    check(manta::get(holder.task(&RefHolder::read).remote(own), std::chrono::seconds(60)) == 300'000,
+    check(manta::get(holder.task(&RefHolder::read).remote(own), std::chrono::seconds(60)) == 300'010,
           "an object a node made, sent back to that node by the driver, is read there");
   }
   check(manta::get(manta::task(nested_sum).resources(on_special).remote(mixed), std::chrono::seconds(60)) ==
@@ -802,6 +829,35 @@ void refs_back() {
   failed.clear();
   check(wait_for([] { return total(objects_on_nodes()) == 0; }, std::chrono::seconds(20)),
         "the nodes' copies went with the driver's refs");
+}
+
+/// Tasks on a node reach the rest of the cluster: a nested task needing what
+/// only another node has runs there, get_actor finds a named actor on another
+/// node, and objects made on a node or given to it go on to another.
+void from_nodes() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  auto hopped = manta::get(manta::task(hop).resources(on_special).remote(), std::chrono::seconds(60));
+  check(hopped.size() == 2 && hopped[0] != ::getpid() && hopped[1] != ::getpid() && hopped[0] != hopped[1],
+        "a task on a node submitted one that only the other node could run, and it ran there");
+  auto meter = manta::actor<Counter>().resources(on_rare).name("meter").remote(10);
+  check(manta::get(manta::task(add_by_name).resources(on_special).remote(std::string("meter"), 5),
+                   std::chrono::seconds(60)) == 15,
+        "a task on a node found a named actor on another node and called it");
+  check(manta::get(meter.task(&Counter::add).remote(1)) == 16, "the driver sees that call's effect");
+  try {
+    manta::get(manta::task(add_by_name).resources(on_special).remote(std::string("nobody"), 1), std::chrono::seconds(60));
+    check(false, "get_actor of an unknown name on a node fails");
+  } catch (const manta::error& e) {
+    check(std::string(e.what()).find("nobody") != std::string::npos,
+          std::string("get_actor of an unknown name on a node fails, saying why: ") + e.what());
+  }
+  auto given = manta::put(std::vector<double>(200'000, 0.5));
+  auto sums = manta::get(manta::task(pass_on).resources(on_special).remote(given), std::chrono::seconds(60));
+  check(sums.size() == 2 && sums[0] == 300'000 && sums[1] == 100'000,
+        "objects made on a node, and the driver's given to it, go on to a task on another node");
+  auto started = manta::get(manta::task(actor_from_node).resources(on_special).remote(), std::chrono::seconds(60));
+  check(started.size() == 3 && started[0] == 7 && started[1] == hopped[1] && started[2] == hopped[0],
+        "a task on a node started an actor on the other node and called it");
 }
 
 void named_user() {
@@ -1063,6 +1119,7 @@ int main(int argc, char** argv) {
   if (std::getenv("MANTA_NODE") || (first == "launched" && launch_rank() > 0)) {
     manta::options o{.num_workers = 2};
     if (first == "special" || first == "launched") o.resources = {{"special", 2}};
+    if (first == "rare") o.resources = {{"rare", 2}};  // (one held by an actor, one for tasks)
     manta::init(o);  // serves; never returns
     return 99;
   }
@@ -1106,6 +1163,7 @@ int main(int argc, char** argv) {
   else if (scenario == "named_user") named_user();
   else if (scenario == "refs_inside") refs_inside();
   else if (scenario == "refs_back") refs_back();
+  else if (scenario == "from_nodes") from_nodes();
   else if (scenario == "actor_refs_lost") actor_refs_lost();
   else return 2;
   manta::shutdown();

@@ -259,6 +259,17 @@ TEST_F(cluster, refs_inside_the_arguments_of_a_task_on_a_node_name_the_drivers_o
   EXPECT_EQ(with_two_nodes("refs_inside"), std::make_pair(0, 0));
 }
 
+TEST_F(cluster, tasks_on_a_node_reach_the_rest_of_the_cluster) {
+  pid_t a = member(true, {"special"}, "node-1.log");
+  pid_t b = member(true, {"rare"}, "node-2.log");
+  pid_t driver = member(false, {"from_nodes", "2"}, "driver.log");
+  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
+  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  EXPECT_EQ(finish(a, 20s), 0) << log("node-1.log");
+  EXPECT_EQ(finish(b, 20s), 0) << log("node-2.log");
+}
+
 TEST_F(cluster, refs_inside_the_results_of_a_task_on_a_node_bring_the_objects_they_name) {
   EXPECT_EQ(with_two_nodes("refs_back"), std::make_pair(0, 0));
 }

@@ -2,6 +2,7 @@
 // [8-byte id][4-byte header length][JSON header][raw bytes].
 #include "bridge/task_wire.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -199,6 +200,11 @@ task_outcome read_outcome(const parts& p, Take&& take) {
         remote_value& v = o.values.back();
         v.inside = values[i].value("inside", std::vector<std::string>());
         v.id = values[i].value("id", std::string());
+        auto id_text = [](const std::string& t) {
+          return t.size() == 32 && t.find_first_not_of("0123456789abcdef") == std::string::npos;
+        };
+        if ((!v.id.empty() && !id_text(v.id)) || !std::all_of(v.inside.begin(), v.inside.end(), id_text))
+          throw wire_error("manta bridge: an outcome names an object id that is not 32 hex digits");
         if (values[i].contains("error")) v.error = read_error(values[i].at("error"));
         take(o.values.back(), at, size, i + 1 == values.size());
         at += size;

@@ -321,6 +321,20 @@ void scheduler::remote_actor_killed(const std::string& key) {
   }
 }
 
+void scheduler::answer_actor_lookup(int slot, std::uint64_t generation, std::uint64_t request, const std::string& key,
+                                    std::uint64_t class_tag, const std::string& name, const std::string& error) {
+  if (slot < 0 || slot >= slots_in_use()) return;
+  worker_link& w = link(slot);
+  if (w.generation != generation || w.st != worker_link::state::alive) return;
+  object_id id;
+  if (!key.empty() && error.empty()) {
+    object_entry* e = adopt_remote_actor(key, class_tag, name);  // its count: the worker's hold
+    id = e->id;
+    w.holds.emplace(id, false);
+  }
+  send_to(w, ipc::actor_reply{request, id, error}, true);
+}
+
 object_entry* scheduler::find_actor(const std::string& name, std::uint64_t class_tag) {
   auto it = actor_names_.find(name);
   if (it == actor_names_.end()) return nullptr;

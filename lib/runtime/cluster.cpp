@@ -197,6 +197,19 @@ bridge::actor_lookup cluster_driver::find_actor(const std::string& name) {
   return found;
 }
 
+bool cluster_driver::find_actor_later(actor_asker asker) {
+  std::uint64_t request;
+  std::string name = asker.name;
+  {
+    std::lock_guard lock(mu_);
+    if (!lost_.empty() || stopping_) return false;
+    request = ++next_lookup_;
+    askers_.emplace(request, std::move(asker));
+  }
+  send_control(bridge::frame_type::find_actor, bridge::encode_actor_lookup({request, name, {}, 0, {}}));
+  return true;
+}
+
 void cluster_driver::object_freed(const std::string& key) {
   send_control(bridge::frame_type::object_freed, bridge::encode_object_note({key, {}, {}}));
 }
@@ -310,7 +323,8 @@ void cluster_driver::apply_loop() {
       rt_.cluster_lost(in.why);
       return;  // nothing comes after the end
     }
-    if (in.fetch) rt_.send_object(*in.fetch);
+    if (in.found) rt_.actor_found_for(in.found->first, in.found->second);
+    else if (in.fetch) rt_.send_object(*in.fetch);
     else if (!in.killed.empty()) rt_.remote_actor_killed(in.killed);
     else rt_.remote_finished(std::move(in.outcome));
   }
@@ -333,11 +347,18 @@ void cluster_driver::on_frame(bridge::frame&& f) {
     to_applier(std::move(in));
   } else if (f.type == bridge::frame_type::actor_found) {
     bridge::actor_lookup found = bridge::decode_actor_lookup(f.body);  // malformed: throws, and the link ends
+    inbound in;
     {
       std::lock_guard lock(mu_);
-      if (asking_.count(found.request)) lookups_[found.request] = std::move(found);
+      if (auto it = askers_.find(found.request); it != askers_.end()) {
+        in.found.emplace(std::move(it->second), std::move(found));
+        askers_.erase(it);
+      } else if (asking_.count(found.request)) {
+        lookups_[found.request] = std::move(found);
+      }
     }
-    cv_.notify_all();
+    if (in.found) to_applier(std::move(in));
+    else cv_.notify_all();
   } else if (f.type == bridge::frame_type::actor_end) {  // another driver killed one of this driver's actors
     inbound in;
     in.killed = bridge::decode_actor_end(f.body).actor;
@@ -376,6 +397,12 @@ void cluster_driver::on_end(const std::string& why) {
     lost_ = why.empty() ? "the cluster was stopped" : why;
     for (auto& n : table_) n.alive = false;
     unsent.swap(queue_);
+    for (auto& [request, asker] : askers_) {  // workers waiting for a lookup hear why not
+      inbound in;
+      in.found.emplace(std::move(asker), bridge::actor_lookup{request, {}, {}, 0, "the cluster is gone (" + lost_ + ")"});
+      inbound_.push_back(std::move(in));
+    }
+    askers_.clear();
     // After the outcomes that arrived before it: the applier fails what is left.
     inbound_.push_back({true, lost_, {}});
   }
@@ -525,7 +552,8 @@ std::vector<object_entry*> made_here_inside(const node_runtime& rt, const job& j
       visit(c);
       while (!path.empty()) {
         auto& [e, next] = path.back();
-        if (next < e->contained.size() && e->status() == state_ready) {
+        // (status first: `contained` is written before an entry is sealed, and fixed after)
+        if (e->status() == state_ready && next < e->contained.size()) {
           visit(e->contained[next++]);
         } else {
           out.push_back(e);
@@ -541,10 +569,11 @@ std::vector<object_entry*> made_here_inside(const node_runtime& rt, const job& j
 detail::ref_node* awaited(const node_runtime& rt, const job& j) {
   for (detail::ref_node* r : j.returns)
     if (static_cast<object_entry*>(r)->status() == state_pending) return r;
-  for (detail::ref_node* r : j.returns)
-    if (static_cast<object_entry*>(r)->status() == state_ready && !static_cast<object_entry*>(r)->contained.empty())
-      for (object_entry* e : made_here_inside(rt, j))
-        if (e->status() == state_pending) return e;
+  if (std::none_of(j.returns.begin(), j.returns.end(),
+                   [](detail::ref_node* r) { return !static_cast<object_entry*>(r)->contained.empty(); }))
+    return nullptr;
+  for (object_entry* e : made_here_inside(rt, j))
+    if (e->status() == state_pending) return e;
   return nullptr;
 }
 
@@ -574,7 +603,13 @@ bridge::task_outcome finish(node_runtime& rt, job& j) {
                                          " GiB a result may carry between nodes",
                                      ""));
     } else {
-      detail::object_data d = rt.fetch(n, detail::no_deadline);  // sealed: returns at once, pinned
+      detail::object_data d;
+      try {
+        d = rt.fetch(n, detail::clock::now());  // sealed: at once, pinned (a spilled one read back)
+      } catch (const std::exception&) {  // (the arena too full to read a spilled one back)
+        o = failed_outcome(j.id, ipc::error_from_exception(std::current_exception(), "", ::getpid()));
+        return;
+      }
       j.pinned.push_back(n);
       bridge::remote_value v{d.type_tag, {}, std::string_view(reinterpret_cast<const char*>(d.data), d.size)};
       for (const detail::ref_node* c : e->contained) v.inside.push_back(id_text(c->id));
@@ -621,6 +656,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   std::string ended;
   bool done = false;
 
+  rt.serve_cluster(address, token);  // (a driver too: its workers' tasks may go to other nodes)
   bridge::node_info me{host_name(),         static_cast<int>(::getpid()), rt.resources(false),
                        detail::registered_names(), "node",                       manta::node_id()};
   bridge::node_link link(

@@ -75,6 +75,17 @@ class cluster_driver {
   /// Asks the head for the actor named `name` anywhere in the cluster; waits
   /// for the answer (at most 10 s). Its key is empty, and why set, if there is none.
   bridge::actor_lookup find_actor(const std::string& name);
+  /// A worker of this node waits for a lookup (find_actor_later): who it is.
+  struct actor_asker {
+    int slot;
+    std::uint64_t generation, request, class_tag;
+    std::string name;
+  };
+  /// Asks the head for the actor named `asker.name` for a worker; never
+  /// blocks. The answer, or the cluster's end, reaches
+  /// node_runtime::actor_found_for from the applier thread.
+  /// @returns false if the cluster is gone (nothing will answer)
+  bool find_actor_later(actor_asker asker);
   /// Queues the news that object `key`, which nodes may hold copies of, was freed.
   void object_freed(const std::string& key);
   /// Queues a control frame behind the tasks queued before it; never blocks.
@@ -102,6 +113,7 @@ class cluster_driver {
   std::uint64_t next_lookup_ = 0;
   std::map<std::uint64_t, bridge::actor_lookup> lookups_;  ///< answers to find_actor, until taken
   std::set<std::uint64_t> asking_;  ///< find_actor requests still waited for (later answers are dropped)
+  std::map<std::uint64_t, actor_asker> askers_;  ///< find_actor_later requests, until answered
   std::string lost_;
   struct outgoing {
     bridge::remote_task task;
@@ -123,6 +135,8 @@ class cluster_driver {
     bridge::task_outcome outcome;
     std::optional<bridge::object_note> fetch;  ///< instead of an outcome: a node asks for an object
     std::string killed;  ///< instead of an outcome: another driver killed this driver's actor (its key)
+    /// Instead of an outcome: the answer to a worker's lookup.
+    std::optional<std::pair<actor_asker, bridge::actor_lookup>> found;
   };
   std::deque<inbound> inbound_;  // under mu_
   /// Queues `in` for the applier thread (from the link's thread).

@@ -351,6 +351,11 @@ void node_runtime::join_cluster(const std::string& address, const std::string& t
   cluster_ = std::move(joined);
 }
 
+void node_runtime::serve_cluster(const std::string& address, const std::string& token) {
+  serving_ = true;
+  join_cluster(address, token);
+}
+
 void node_runtime::host_launch(const launch& l, const std::string& dir) {
   if (launch_over_mpi(l)) {
     // Every other rank waits in the broadcast: it hears of a failure too.
@@ -741,10 +746,9 @@ detail::ref_node* node_runtime::put_extent(std::uint64_t tag, const detail::exte
 detail::ref_node* node_runtime::put(const detail::encoded_value& v) { return put_as(dir_->next_id(), v); }
 
 void node_runtime::accept_import(const object_id& id) {
-  // An id of this runtime comes back only if this node made it (and a driver
-  // kept it since); a later one means two runtimes drew the same epoch (1 in 2^32).
-  if ((id.hi >> 32) == epoch_ && id.lo > dir_->last_seq())
-    throw usage_error("manta: an object from another runtime has an id of this runtime's own; restart this node");
+  // An id of this runtime's own epoch comes back when a driver sends this node
+  // an object it made (a worker's ids carry its own counter, so no sequence
+  // check can tell them from another runtime's: two random epochs alike is 1 in 2^32).
   if ((id.hi >> 32) != epoch_)
     control_->holds_imports.store(true, std::memory_order_release);  // (before any task here reads a ref to it)
 }
@@ -925,12 +929,13 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   t->num_returns = r.num_returns;
   t->arg_count = r.arg_count;
   t->options = std::move(r.options);
+  t->local_only = serving_;  // the head placed it here: it never spills back
   if (timeline_.on()) t->submitted_ns = observe::now_ns();
   // Admission reads the ledger's totals, which never change: no lock (submitters
   // never wait on the scheduler's mutex). What this node cannot run may go to
   // another node of the cluster, arguments resolved to values.
   if (auto why = sched_->admit(*t)) {
-    if (!cluster_ || !may_go_elsewhere(*t)) throw usage_error(*why);
+    if (!cluster_ || serving_ || !may_go_elsewhere(*t)) throw usage_error(*why);
     if (std::string lack = cluster_->lacking(t->options); !lack.empty()) throw usage_error(*why + "; and " + lack);
     t->remote = true;
   }
@@ -1010,6 +1015,38 @@ void node_runtime::cancel_producer(detail::ref_node* node) {
   sched_->cancel(e);
 }
 
+namespace {
+/// What get_actor(`name`) of class `class_tag` says of the head's answer
+/// `found`: empty if it names the actor, or if there is none of that name
+/// (then found.key is empty too).
+std::string lookup_error(const std::string& name, std::uint64_t class_tag, const bridge::actor_lookup& found) {
+  if (found.key.empty())
+    return found.why.rfind("no actor of the cluster is named", 0) == 0 ? std::string()
+                                                                          : "manta: get_actor('" + name + "'): " + found.why;
+  if (found.class_tag != class_tag)
+    return "manta: the actor named '" + name + "' is a " + detail::actor_class_name(found.class_tag) + ", not a " +
+           detail::actor_class_name(class_tag);
+  return {};
+}
+}  // namespace
+
+bool node_runtime::find_actor_later(int slot, std::uint64_t generation, std::uint64_t request, const std::string& name,
+                                    std::uint64_t class_tag) {
+  return cluster_ && cluster_->find_actor_later({slot, generation, request, class_tag, name});
+}
+
+void node_runtime::actor_found_for(const cluster_driver::actor_asker& asker, const bridge::actor_lookup& found) {
+  std::string error = lookup_error(asker.name, asker.class_tag, found);
+  process::context_use use;  // as in remote_finished
+  scheduler_lock lock(*this);
+  if (!cluster_) return;  // (shutting down)
+  if (std::string lost = cluster_->lost(); !lost.empty() && error.empty() && !found.key.empty())
+    error = "manta: get_actor('" + asker.name + "'): the cluster is gone (" + lost + ")";
+  sched_->answer_actor_lookup(asker.slot, asker.generation, asker.request, error.empty() ? found.key : std::string(),
+                              asker.class_tag, asker.name, error);
+  sched_->flush_dirty();
+}
+
 detail::ref_node* node_runtime::find_actor(const std::string& name, std::uint64_t class_tag) {
   call_guard guard(*this);
   {
@@ -1020,11 +1057,8 @@ detail::ref_node* node_runtime::find_actor(const std::string& name, std::uint64_
   }
   // Not this driver's: another driver's, living on a node of the cluster?
   bridge::actor_lookup found = cluster_->find_actor(name);
-  if (found.key.empty() && found.why.rfind("no actor of the cluster is named", 0) == 0) return nullptr;
-  if (found.key.empty()) throw usage_error("manta: get_actor('" + name + "'): " + found.why);
-  if (found.class_tag != class_tag)
-    throw usage_error("manta: the actor named '" + name + "' is a " + detail::actor_class_name(found.class_tag) +
-                      ", not a " + detail::actor_class_name(class_tag));
+  if (std::string error = lookup_error(name, class_tag, found); !error.empty()) throw usage_error(error);
+  if (found.key.empty()) return nullptr;
   scheduler_lock lock(*this);
   if (std::string lost = cluster_->lost(); !lost.empty())
     throw usage_error("manta: get_actor('" + name + "'): the cluster is gone (" + lost + ")");

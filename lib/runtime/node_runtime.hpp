@@ -97,6 +97,11 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// Joins the cluster at `address` as its driver (init, once constructed).
   /// @throws bridge::join_error saying why it could not
   void join_cluster(const std::string& address, const std::string& token);
+  /// A node of a cluster, before it serves: it joins as a driver too, so
+  /// tasks its workers submit may go to other nodes (and get_actor there
+  /// finds actors of the cluster), while what the head sends here (submitted
+  /// by the serving thread, not a worker) runs here and never goes back.
+  void serve_cluster(const std::string& address, const std::string& token);
   /// Rank 0 of a launch (mpirun, srun): hosts the head, tells the other ranks
   /// where it is (over MPI, or in files in `dir`), drives, and waits until
   /// every other rank joined.
@@ -117,6 +122,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   detail::ref_node* import_failed(const object_id& id, const ipc::error_info& why);
   /// Another driver killed this driver's actor `key` (from the applier thread).
   void remote_actor_killed(const std::string& key);
+  /// The head's answer to a worker's lookup (from the applier thread).
+  void actor_found_for(const cluster_driver::actor_asker& asker, const bridge::actor_lookup& found);
   std::vector<manta::node_info> cluster_nodes() override;
 
  private:
@@ -158,11 +165,12 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void end_remote_actor(const std::string& key, bool kill) override;
   void cancel_remote(std::uint64_t key) override;
   void object_settled(object_entry* e) override;
+  bool find_actor_later(int slot, std::uint64_t generation, std::uint64_t request, const std::string& name,
+                        std::uint64_t class_tag) override;
   /// Sends `e` (counted, the count given to the sender) as `ask` asks, or object_lost.
   void send_object_now(const bridge::object_note& ask, object_entry* e);
   /// Before an object of another runtime is kept here under `id`: the
   /// workers' control block lets them take such ids from then on.
-  /// @throws usage_error if `id` looks like one of this runtime's own it never made
   void accept_import(const object_id& id);
   /// put, under `id`.
   detail::ref_node* put_as(const object_id& id, const detail::encoded_value& v);
@@ -240,6 +248,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::unique_ptr<launch_head> launch_head_;
   /// The cluster this runtime drives, if it joined one (set once, before any submission).
   std::unique_ptr<cluster_driver> cluster_;
+  bool serving_ = false;  ///< serve_cluster: submit's tasks came from the head (set before any)
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> lost_{false};  ///< the node lost its zygote: nothing can run any more

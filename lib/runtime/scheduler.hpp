@@ -98,6 +98,11 @@ class scheduler_host {
   /// `e`, which a node of the cluster asked for while it was pending, is
   /// sealed or failed (its subscriber::cluster). Never blocks.
   virtual void object_settled(object_entry* e) = 0;
+  /// A worker's get_actor(`name`) found no actor here: ask the cluster, and
+  /// answer through scheduler::answer_actor_lookup (from another thread).
+  /// False if there is no cluster to ask. Never blocks.
+  virtual bool find_actor_later(int slot, std::uint64_t generation, std::uint64_t request, const std::string& name,
+                                std::uint64_t class_tag) = 0;
 
  protected:
   ~scheduler_host() = default;
@@ -170,6 +175,11 @@ class scheduler {
   object_entry* adopt_remote_actor(const std::string& key, std::uint64_t class_tag, const std::string& name);
   /// Another driver killed this driver's actor `key` (found by its name): it is dead here too.
   void remote_actor_killed(const std::string& key);
+  /// The cluster's answer to a worker's get_actor (find_actor_later): a handle
+  /// for the actor `key` of the cluster, or `error`, or neither (no such
+  /// actor). A worker gone meanwhile gets nothing.
+  void answer_actor_lookup(int slot, std::uint64_t generation, std::uint64_t request, const std::string& key,
+                           std::uint64_t class_tag, const std::string& name, const std::string& error);
   void kill_actor(object_entry* e);
   /// The actor lost its last handle (on any thread): it stops.
   void retire(actor_record* a);
