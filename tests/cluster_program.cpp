@@ -217,6 +217,10 @@ std::vector<double> pass_on(doubles_ref given) {
                      std::chrono::seconds(30))[0]};
 }
 
+int throws_node_died() { throw manta::node_died_error("a node it needed is gone"); }
+/// Fails with a nested task's node_died_error: its own node is fine.
+int relay_node_died() { return manta::get(manta::task(throws_node_died).resources(on_rare).remote()); }
+
 /// An actor started from a task, on the node that has what it asks.
 std::vector<int> actor_from_node() {
   auto c = manta::actor<Counter>().resources(on_rare).remote(3);
@@ -238,7 +242,7 @@ int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.tas
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
              bytes_of, add_through, marked_nap, together, nap_with, crash, sum_refs, sum_scaled, slow_doubles,
              failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
-             handle_back, hop, add_by_name, pass_on, actor_from_node);
+             handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host, &RefHolder::make, &RefHolder::read);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
@@ -638,6 +642,24 @@ void actor_lost() {
   check(manta::get(other.task(&Counter::add).remote(1)) == 8, "an actor on the other node lives on");
 }
 
+/// An actor with max_task_retries: the calls running or queued on its node
+/// when the node is killed run again, in order, once it started again elsewhere.
+void actor_call_retried() {
+  auto r = manta::actor<Counter>().resources({{"special", 1}}).max_restarts(1).max_task_retries(1).remote(7);
+  const int at = manta::get(r.task(&Counter::host).remote());
+  check(manta::get(r.task(&Counter::add).remote(1)) == 8, "the actor counts");
+  auto in_flight = r.task(&Counter::slow_host).remote(3000);
+  auto behind = r.task(&Counter::add).remote(2);
+  check(first_mark() == at, "the slow call runs on the actor's node");
+  ::kill(at, SIGKILL);
+  const int again = manta::get(in_flight, std::chrono::seconds(60));
+  check(again > 0 && again != at, "the call running on the killed node ran again on the other (" +
+                                      std::to_string(again) + ")");
+  check(manta::get(behind, std::chrono::seconds(30)) == 9,
+        "the call queued behind it ran again after it, on the constructor's state");
+  check(manta::get(r.task(&Counter::add).remote(1)) == 10, "later calls follow");
+}
+
 /// An actor whose constructor took refs starts again on another node, which
 /// fetches what they name then (the driver dropped its own refs long before).
 void actor_refs_lost() {
@@ -858,6 +880,16 @@ void from_nodes() {
   auto started = manta::get(manta::task(actor_from_node).resources(on_special).remote(), std::chrono::seconds(60));
   check(started.size() == 3 && started[0] == 7 && started[1] == hopped[1] && started[2] == hopped[0],
         "a task on a node started an actor on the other node and called it");
+  try {
+    manta::get(manta::task(relay_node_died).resources(on_special).remote(), std::chrono::seconds(60));
+    check(false, "a task failing with its nested task's node_died_error fails");
+  } catch (const manta::error& e) {
+    check(std::string(e.what()).find("a node it needed is gone") != std::string::npos,
+          std::string("a task failing with its nested task's node_died_error fails, saying why: ") + e.what());
+  }
+  check(manta::get(manta::task(where).resources(on_special).remote(), std::chrono::seconds(30)) == hopped[0] &&
+            alive_nodes() == 2,
+        "its node did not take that error for its own loss: it serves on");
 }
 
 void named_user() {
@@ -1163,6 +1195,7 @@ int main(int argc, char** argv) {
   else if (scenario == "named_user") named_user();
   else if (scenario == "refs_inside") refs_inside();
   else if (scenario == "refs_back") refs_back();
+  else if (scenario == "actor_call_retried") actor_call_retried();
   else if (scenario == "from_nodes") from_nodes();
   else if (scenario == "actor_refs_lost") actor_refs_lost();
   else return 2;

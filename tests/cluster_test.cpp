@@ -217,6 +217,10 @@ TEST_F(cluster, an_actor_on_a_killed_node_starts_again_on_another_within_max_res
   EXPECT_EQ(with_two_nodes("actor_lost"), std::make_pair(0, 128 + SIGKILL));
 }
 
+TEST_F(cluster, calls_of_an_actor_with_max_task_retries_run_again_after_its_node_is_lost) {
+  EXPECT_EQ(with_two_nodes("actor_call_retried"), std::make_pair(0, 128 + SIGKILL));
+}
+
 TEST_F(cluster, tasks_go_to_a_node_where_no_actor_holds_what_they_ask) {
   EXPECT_EQ(with_two_nodes("actor_holds"), std::make_pair(0, 0));
 }

@@ -874,6 +874,7 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
     it = it->second.empty() ? directory_.erase(it) : std::next(it);
   }
   std::erase_if(fetching_, [&](const auto& f) { return f.second == c.node_id; });
+  std::vector<std::uint64_t> resend;  // calls that may run again once their actor starts again
   for (auto it = routed_.begin(); it != routed_.end();) {
     auto following = std::next(it);
     routed_task& r = it->second;
@@ -889,9 +890,15 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
     }
     if (std::exchange(r.outcome_streaming, false))  // the driver drops what came of its outcome
       out.push_back({driver, frame_type::part, abort_part(it->first)});
+    if (r.method && r.keep && !r.frames.empty() && r.retries_left > 0) {
+      resend.push_back(it->first);  // (lose_actors sends it again, or fails it)
+      it = following;
+      continue;
+    }
     if (!r.actor.empty()) {
-      // An actor's call is not run again: its actor's state went with the node
-      // (the actor starts again below). Its constructor is answered by that start.
+      // An actor's call is not run again (unless it may be, above): its actor's
+      // state went with the node (the actor starts again below). Its
+      // constructor is answered by that start.
       std::string message;
       if (r.method)
         message = "manta: actor call '" + r.name + "' was lost with " + c.node_id + " (" + why + ")";
@@ -925,11 +932,12 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
     drop_route(it);
     it = following;
   }
-  lose_actors(c, why, out);
+  lose_actors(c, why, std::move(resend), out);
   tell_drivers(out);
 }
 
-void head::lose_actors(const connection& c, const std::string& why, std::vector<outgoing>& out) {
+void head::lose_actors(const connection& c, const std::string& why, std::vector<std::uint64_t> resend,
+                       std::vector<outgoing>& out) {
   for (auto& [key, a] : actors_) {
     if (a.node != c.node_id || !a.gone.empty()) continue;
     auto driver = a.driver.lock();
@@ -967,6 +975,32 @@ void head::lose_actors(const connection& c, const std::string& why, std::vector<
                      std::make_shared<const std::string>(encode_outcome(failed(
                          std::exchange(a.ctor.driver_id, 0), kind_node_died, "manta::node_died_error",
                          "manta: actor '" + a.ctor.name + "' " + a.gone, a.ctor.name, c.node_id)))});
+  }
+  // Calls that were running go behind their actor's new start, in the order
+  // they were sent (routed_ is in the head's order); the others fail.
+  for (std::uint64_t id : resend) {
+    auto it = routed_.find(id);
+    if (it == routed_.end()) continue;
+    routed_task& r = it->second;
+    auto driver = r.driver.lock();
+    auto a = actors_.find(r.actor);
+    std::shared_ptr<connection> node;
+    if (a != actors_.end() && a->second.gone.empty() && a->second.node != c.node_id)
+      node = a->second.node_connection.lock();
+    if (driver && !driver->done && node && !node->done) {
+      --r.retries_left;
+      forward(r, node, out);
+      continue;
+    }
+    if (driver && !driver->done)
+      out.push_back({driver, frame_type::task_result,
+                     std::make_shared<const std::string>(encode_outcome(failed(
+                         r.driver_id, kind_actor_died, "manta::actor_died_error",
+                         "manta: actor call '" + r.name + "' was lost with " + c.node_id + " (" + why + ")" +
+                             (a == actors_.end() || !a->second.gone.empty() ? ", and its actor did not start again"
+                                                                            : ""),
+                         r.name, c.node_id)))});
+    drop_route(it);
   }
 }
 
@@ -1008,6 +1042,7 @@ std::shared_ptr<head::connection> head::actor_target(const std::shared_ptr<conne
     a.ctor = r;
     host(a);
     a.restarts_left = t.max_restarts < 0 ? std::numeric_limits<int>::max() : t.max_restarts;
+    a.task_retries = t.max_task_retries;
     return node;
   }
   if (it == actors_.end()) {
@@ -1049,6 +1084,15 @@ void head::actor_forwarded(std::uint64_t id, routed_task& r, const shared_body& 
         a.ctor.kept = body->size();
         kept_bytes_ += a.ctor.kept;
       }
+    }
+  }
+  if (r.method && body) {
+    // A call of an actor with max_task_retries keeps its frame (a single one:
+    // a long call in parts is not kept) until answered, to run again after a restart.
+    auto it = actors_.find(r.actor);
+    if (it != actors_.end() && it->second.task_retries != 0 && it->second.restarts_left > 0) {
+      r.retries_left = it->second.task_retries < 0 ? std::numeric_limits<int>::max() : it->second.task_retries;
+      return;
     }
   }
   forget_frames(r);  // never sent again as itself: its actor starts again instead

@@ -123,7 +123,9 @@ class head {
     int retries_left = 0;  ///< on the loss of its node
     std::vector<std::string> objects;  ///< the stored objects it names (remote_task::objects)
     std::string actor;     ///< an actor's constructor or call: the actor's key
-    bool method = false;   ///< an actor's call (never sent again: the actor's state went with its node)
+    /// An actor's call: sent again only to its actor started again elsewhere,
+    /// within the actor's max_task_retries (retries_left), never on its own.
+    bool method = false;
   };
   /// An actor the head placed, by its key: where it lives, and how to start it
   /// again on another node when that one is lost.
@@ -134,6 +136,9 @@ class head {
     routed_task ctor;        ///< its constructor as placed; its one frame, when kept
     std::uint64_t ctor_id = 0;  ///< the head's number for its constructor (in that frame)
     int restarts_left = 0;   ///< on the loss of its node
+    /// Its max_task_retries (negative: no limit): a call running when its node
+    /// is lost runs again after the restart, if its frame was kept.
+    int task_retries = 0;
     std::string name;        ///< its name in the cluster, or empty
     std::uint64_t class_tag = 0;
     bool complete = true;    ///< its constructor went whole to its node (false while its parts go)
@@ -192,7 +197,10 @@ class head {
   /// A driver cancelled a task it sent (cancel_task): its node hears of it (under mu_).
   void cancel_routed(const connection& driver, std::string_view body, std::vector<outgoing>& out);
   /// The actors on lost node `c` start again elsewhere, or are gone (under mu_).
-  void lose_actors(const connection& c, const std::string& why, std::vector<outgoing>& out);
+  /// @param resend  calls of `c`'s actors that may run again, in the order sent:
+  ///                 sent behind their actor's new start, or failed
+  void lose_actors(const connection& c, const std::string& why, std::vector<std::uint64_t> resend,
+                   std::vector<outgoing>& out);
   /// Stops keeping `r`'s frames (under mu_).
   void forget_frames(routed_task& r);
   /// `a` counts on its node: its load, and the resources it holds for life (under mu_).

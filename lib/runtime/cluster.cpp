@@ -535,17 +535,20 @@ void end_actor(node_runtime& rt, actor_table& actors, const bridge::actor_end& e
   actors.erase(it);
 }
 
-/// The objects this node made that refs inside `j`'s results name, and refs
-/// inside those, each after the ones it holds refs to (the driver keeps them
-/// in that order). Objects of drivers, which tasks here were given, are not
-/// among them: their driver has them.
-std::vector<object_entry*> made_here_inside(const node_runtime& rt, const job& j) {
+/// The objects refs inside `j`'s results name that their driver may not
+/// hold, and refs inside those, each after the ones it holds refs to (the
+/// driver keeps them in that order): those this node made, and those it got
+/// from other nodes (results of its own nested tasks). Copies of drivers'
+/// objects, fetched for tasks here (`fetched`), are not among them.
+std::vector<object_entry*> made_here_inside(const node_runtime& rt, const job& j, const object_table& fetched) {
   std::vector<object_entry*> out;
-  std::unordered_set<const object_entry*> seen;
+  std::unordered_set<const object_entry*> seen, copies;
+  for (const auto& [key, n] : fetched) copies.insert(static_cast<const object_entry*>(n));
   std::vector<std::pair<object_entry*, std::size_t>> path;  // an entry, and its next ref to follow
   auto visit = [&](detail::ref_node* n) {
     auto* e = static_cast<object_entry*>(n);
-    if ((e->id.hi >> 32) == rt.epoch() && seen.insert(e).second) path.emplace_back(e, 0);
+    const bool its_drivers = (e->id.hi >> 32) != rt.epoch() && copies.count(e);
+    if (!its_drivers && seen.insert(e).second) path.emplace_back(e, 0);
   };
   for (detail::ref_node* r : j.returns)
     for (detail::ref_node* c : static_cast<object_entry*>(r)->contained) {
@@ -566,13 +569,13 @@ std::vector<object_entry*> made_here_inside(const node_runtime& rt, const job& j
 
 /// What `j` still waits for: a result not sealed, or an object made here that
 /// one names and that is not made yet; null when it can be answered.
-detail::ref_node* awaited(const node_runtime& rt, const job& j) {
+detail::ref_node* awaited(const node_runtime& rt, const job& j, const object_table& fetched) {
   for (detail::ref_node* r : j.returns)
     if (static_cast<object_entry*>(r)->status() == state_pending) return r;
   if (std::none_of(j.returns.begin(), j.returns.end(),
                    [](detail::ref_node* r) { return !static_cast<object_entry*>(r)->contained.empty(); }))
     return nullptr;
-  for (object_entry* e : made_here_inside(rt, j))
+  for (object_entry* e : made_here_inside(rt, j, fetched))
     if (e->status() == state_pending) return e;
   return nullptr;
 }
@@ -580,7 +583,7 @@ detail::ref_node* awaited(const node_runtime& rt, const job& j) {
 /// The outcome of a job that awaits nothing; its values borrow the results'
 /// bytes in the arena (pinned) until done_with. Objects made here that refs
 /// in the results name go with them: the driver keeps them under their ids.
-bridge::task_outcome finish(node_runtime& rt, job& j) {
+bridge::task_outcome finish(node_runtime& rt, job& j, const object_table& fetched) {
   bridge::task_outcome o;
   o.id = j.id;
   std::size_t bytes = 0;
@@ -624,7 +627,7 @@ bridge::task_outcome finish(node_runtime& rt, job& j) {
     holds_refs = holds_refs || !static_cast<object_entry*>(n)->contained.empty();
   }
   if (holds_refs)
-    for (object_entry* e : made_here_inside(rt, j)) {
+    for (object_entry* e : made_here_inside(rt, j, fetched)) {
       if (!o.ok) break;
       add(e, true);
     }
@@ -746,8 +749,11 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   bool lost = false;
   // A task that failed because this node's processes are gone is not answered:
   // the node leaves, and the head runs it elsewhere.
-  auto runtime_lost = [](const bridge::task_outcome& o) {
-    return !o.ok && o.error.kind == static_cast<std::uint8_t>(ipc::error_kind::node_died);
+  // (Only the runtime's own loss: a task of this node that failed because a
+  // nested task was lost on another node failed in its worker, whose pid it names.)
+  auto runtime_lost = [&](const bridge::task_outcome& o) {
+    return !o.ok && o.error.kind == static_cast<std::uint8_t>(ipc::error_kind::node_died) &&
+           (rt.lost() || o.error.pid == 0);
   };
   auto submit_one = [&](const bridge::remote_task& t) {
     if (auto it = unstarted.find(t.actor); it != unstarted.end() && !actors.count(t.actor)) {
@@ -929,14 +935,14 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         park(std::move(a));  // (an end: behind its actor's parked calls)
       }
     }
-    auto sealed = [&](const job& j) { return !awaited(rt, j); };
+    auto sealed = [&](const job& j) { return !awaited(rt, j, objects); };
     if (!running.empty() && !lost && arrived.empty() && std::none_of(running.begin(), running.end(), sealed)) {
       // Nothing done yet: sleep until one of the oldest is (they mostly finish
       // first), or briefly, so tasks that arrive meanwhile are taken soon.
       watch.clear();
       bool one_done = false;  // since the check above (sealed by the runtime's threads)
       for (std::size_t i = 0; i < running.size() && watch.size() < 32 && !one_done; ++i) {
-        detail::ref_node* next = awaited(rt, running[i]);
+        detail::ref_node* next = awaited(rt, running[i], objects);
         if (next) watch.push_back(next);
         else one_done = true;
       }
@@ -944,7 +950,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     }
     for (auto& j : running) {
       if (lost || !sealed(j)) continue;
-      bridge::task_outcome o = finish(rt, j);
+      bridge::task_outcome o = finish(rt, j, objects);
       if (runtime_lost(o)) lost = true;
       else answer(std::move(o));  // sent from the arena
       done_with(rt, j);

@@ -311,7 +311,7 @@ void scheduler::on_find_actor(worker_link& w, const ipc::find_actor& m) {
       id = e->id;
       // The worker's hold: one per process, however many handles it makes.
       if (!w.holds.emplace(id, false).second) detail::release(e);
-    } else if (host_.find_actor_later(w.slot, w.generation, m.request, std::string(m.name), m.class_tag)) {
+    } else if (host_.find_actor_later(w.slot, w.generation, m.request, std::string(m.name), m.class_tag, error)) {
       return;  // another driver's, or one a driver started on a node: the head answers
     }
   } catch (const usage_error& e) {

@@ -619,7 +619,9 @@ void node_runtime::cancel_remote(std::uint64_t key) {
 }
 
 bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
-  if (!cluster_ || !runs_anywhere(t)) return false;
+  // A node spills nothing: the head may place a spilled task back here (the
+  // node counts in the table it has), where it would wait behind what the head sent.
+  if (!cluster_ || serving_ || !runs_anywhere(t)) return false;
   if (!t.contained.empty() || std::any_of(t.deps.begin(), t.deps.end(), [](auto* e) { return !e->contained.empty(); }))
     for (const object_entry* e : contained_in(t))  // (it would wait there for one not made yet)
       if (e->actor || e->status() != state_ready) return false;
@@ -1031,8 +1033,12 @@ std::string lookup_error(const std::string& name, std::uint64_t class_tag, const
 }  // namespace
 
 bool node_runtime::find_actor_later(int slot, std::uint64_t generation, std::uint64_t request, const std::string& name,
-                                    std::uint64_t class_tag) {
-  return cluster_ && cluster_->find_actor_later({slot, generation, request, class_tag, name});
+                                    std::uint64_t class_tag, std::string& error) {
+  if (!cluster_) return false;
+  if (cluster_->find_actor_later({slot, generation, request, class_tag, name})) return true;
+  const std::string lost = cluster_->lost();
+  error = "manta: get_actor('" + name + "'): " + (lost.empty() ? "this runtime is leaving the cluster" : "the cluster is gone (" + lost + ")");
+  return false;
 }
 
 void node_runtime::actor_found_for(const cluster_driver::actor_asker& asker, const bridge::actor_lookup& found) {

@@ -100,9 +100,9 @@ class scheduler_host {
   virtual void object_settled(object_entry* e) = 0;
   /// A worker's get_actor(`name`) found no actor here: ask the cluster, and
   /// answer through scheduler::answer_actor_lookup (from another thread).
-  /// False if there is no cluster to ask. Never blocks.
+  /// False if there is no cluster to ask (`error` says why, if it is gone). Never blocks.
   virtual bool find_actor_later(int slot, std::uint64_t generation, std::uint64_t request, const std::string& name,
-                                std::uint64_t class_tag) = 0;
+                                std::uint64_t class_tag, std::string& error) = 0;
 
  protected:
   ~scheduler_host() = default;

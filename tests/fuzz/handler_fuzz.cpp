@@ -80,7 +80,9 @@ struct quiet_host final : scheduler_host {
   void cancel_remote(std::uint64_t) override {}
   bool cluster_can_run(const task_spec&) override { return false; }
   void object_settled(object_entry*) override {}
-  bool find_actor_later(int, std::uint64_t, std::uint64_t, const std::string&, std::uint64_t) override { return false; }
+  bool find_actor_later(int, std::uint64_t, std::uint64_t, const std::string&, std::uint64_t, std::string&) override {
+    return false;
+  }
 };
 
 constexpr std::uint32_t epoch = epoch_of_fuzz;
