@@ -221,6 +221,13 @@ int throws_node_died() { throw manta::node_died_error("a node it needed is gone"
 /// Fails with a nested task's node_died_error: its own node is fine.
 int relay_node_died() { return manta::get(manta::task(throws_node_died).resources(on_rare).remote()); }
 
+/// An actor holding a handle of another: it calls it from wherever it lives.
+struct Relay {
+  explicit Relay(manta::actor_handle<Counter> c) : counter(std::move(c)) {}
+  int add(int x) { return manta::get(counter.task(&Counter::add).remote(x), std::chrono::seconds(30)); }
+  manta::actor_handle<Counter> counter;
+};
+
 /// An actor started from a task, on the node that has what it asks.
 std::vector<int> actor_from_node() {
   auto c = manta::actor<Counter>().resources(on_rare).remote(3);
@@ -244,6 +251,7 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
              handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
+MANTA_ACTOR(Relay, &Relay::add);
 MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host, &RefHolder::make, &RefHolder::read);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
             &Counter::absorb, &Counter::count_refs);
@@ -877,6 +885,26 @@ void from_nodes() {
   auto sums = manta::get(manta::task(pass_on).resources(on_special).remote(given), std::chrono::seconds(60));
   check(sums.size() == 2 && sums[0] == 300'000 && sums[1] == 100'000,
         "objects made on a node, and the driver's given to it, go on to a task on another node");
+  // Handles of actors that live on nodes travel inside arguments, to tasks and constructors.
+  auto tally = manta::actor<Counter>().resources(on_rare).remote(100);
+  check(manta::get(manta::task(add_through).resources(on_special).remote(tally, 5), std::chrono::seconds(60)) == 105,
+        "a task on a node called an actor on another node through the handle it was given");
+  check(manta::get(manta::task(count_handles).resources(on_special).remote(std::vector{tally, meter}),
+                   std::chrono::seconds(60)) == 2,
+        "a list of handles reaches a node");
+  auto relay = manta::actor<Relay>().resources(on_special).remote(tally);
+  check(manta::get(relay.task(&Relay::add).remote(1), std::chrono::seconds(60)) == 106 &&
+            manta::get(relay.task(&Relay::add).remote(1), std::chrono::seconds(60)) == 107,
+        "an actor on a node built with a handle of an actor on another node calls it");
+  check(manta::get(tally.task(&Counter::add).remote(0)) == 107, "the driver sees those calls");
+  auto here = manta::actor<Counter>().remote(0);  // on the driver's node
+  try {
+    manta::get(manta::task(add_through).resources(on_special).remote(here, 1), std::chrono::seconds(60));
+    check(false, "a handle of an actor on the driver's own node does not travel");
+  } catch (const manta::usage_error& e) {
+    check(std::string(e.what()).find("actor handle") != std::string::npos,
+          std::string("a handle of an actor on the driver's own node does not travel, saying why: ") + e.what());
+  }
   auto started = manta::get(manta::task(actor_from_node).resources(on_special).remote(), std::chrono::seconds(60));
   check(started.size() == 3 && started[0] == 7 && started[1] == hopped[1] && started[2] == hopped[0],
         "a task on a node started an actor on the other node and called it");
@@ -1151,7 +1179,7 @@ int main(int argc, char** argv) {
   if (std::getenv("MANTA_NODE") || (first == "launched" && launch_rank() > 0)) {
     manta::options o{.num_workers = 2};
     if (first == "special" || first == "launched") o.resources = {{"special", 2}};
-    if (first == "rare") o.resources = {{"rare", 2}};  // (one held by an actor, one for tasks)
+    if (first == "rare") o.resources = {{"rare", 4}};  // (some held by actors, the rest for tasks)
     manta::init(o);  // serves; never returns
     return 99;
   }

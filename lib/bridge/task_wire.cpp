@@ -78,6 +78,7 @@ std::string encode_task_head(const remote_task& t) {
     }
   }
   if (!t.objects.empty()) h["objects"] = t.objects;
+  for (const auto& a : t.handles) h["handles"].push_back({a.id, a.key, a.class_tag, a.label});
   if (!t.node.empty()) h["node"] = t.node;
   if (!t.object.empty()) h["object"] = t.object;
   return head_bytes(t.id, h);
@@ -109,6 +110,14 @@ remote_task decode_task_header(const parts& p) {
     t.actor_name = h.value("actor_name", std::string());
     t.class_tag = h.value("class_tag", std::uint64_t{0});
     t.objects = h.value("objects", std::vector<std::string>());
+    if (h.contains("handles"))
+      for (const json& a : h.at("handles")) {
+        remote_task::handle one{a.at(0).get<std::string>(), a.at(1).get<std::string>(), a.at(2).get<std::uint64_t>(),
+                                a.at(3).get<std::string>()};
+        if (one.id.size() != 32 || one.id.find_first_not_of("0123456789abcdef") != std::string::npos || one.key.empty())
+          throw wire_error("manta bridge: a task names an actor handle with a malformed id or key");
+        t.handles.push_back(std::move(one));
+      }
     t.node = h.value("node", std::string());
     t.object = h.value("object", std::string());
   } catch (const json::exception& e) {

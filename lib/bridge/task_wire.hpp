@@ -43,6 +43,15 @@ struct remote_task {
   /// their keys in the cluster ("<driver id>/<object id>"). The node fetches
   /// each from the driver once and keeps it until the driver frees it.
   std::vector<std::string> objects;
+  /// Handles inside its arguments of actors that live on nodes of the
+  /// cluster: the node that runs it makes them there, under the same ids.
+  struct handle {
+    std::string id;   ///< the handle's object id (32 hex digits)
+    std::string key;  ///< the actor's key in the cluster
+    std::uint64_t class_tag = 0;
+    std::string label;  ///< what messages call it
+  };
+  std::vector<handle> handles;
   /// Set on a value sent to one node (mode_object): the node it goes to, and
   /// the object's key; its one argument is the value.
   std::string node, object;

@@ -297,13 +297,18 @@ bool scheduler::reserve_name(const std::string& name, object_entry* entry) {
 }
 
 object_entry* scheduler::adopt_remote_actor(const std::string& key, std::uint64_t class_tag, const std::string& name) {
+  return adopt_remote_actor(key, class_tag, detail::actor_class_name(class_tag) + " '" + name + "'", dir_.next_id());
+}
+
+object_entry* scheduler::adopt_remote_actor(const std::string& key, std::uint64_t class_tag, const std::string& label,
+                                            const object_id& id) {
   auto a = std::make_unique<actor_record>();
-  object_entry* e = dir_.create(dir_.next_id(), 1);  // the caller's handle
+  object_entry* e = dir_.create(id, 1);  // the caller's handle
   dir_.insert(e);
   e->actor = a.get();
   a->entry = e;
   a->class_tag = class_tag;
-  a->label = detail::actor_class_name(class_tag) + " '" + name + "'";
+  a->label = label;
   a->remote = a->remote_started = a->borrowed = true;
   a->remote_key = key;
   a->st = actor_record::state::alive;

@@ -419,6 +419,7 @@ struct job {
   std::uint64_t id = 0;
   std::vector<detail::ref_node*> returns;  ///< counted
   std::vector<detail::ref_node*> pinned;   ///< results whose bytes its outcome borrows
+  std::vector<detail::ref_node*> handles;  ///< counted: actor handles its arguments hold, made here
   bool call = false;  ///< an actor's call: it waits in its actor's queue, not for a worker
 };
 
@@ -479,6 +480,19 @@ job start(node_runtime& rt, const bridge::remote_task& t, actor_table& actors, c
     r.options.max_task_retries = t.max_task_retries;
     r.options.max_concurrency = std::max(1, t.max_concurrency);
   }
+  // Handles its arguments hold, of actors on nodes: made here first, under their ids.
+  std::vector<detail::ref_node*> handles;
+  struct release_all {
+    std::vector<detail::ref_node*>& v;
+    ~release_all() {
+      for (auto* n : v) detail::release(n);
+    }
+  } on_failure{handles};
+  for (const auto& h : t.handles) {
+    const std::optional<object_id> id = id_from_text(h.id);
+    if (!id) throw usage_error("manta: task '" + t.name + "' names an actor handle with a malformed id");
+    handles.push_back(rt.borrow_actor(*id, h.key, h.class_tag, h.label));
+  }
   detail::arg_writer writer(r);  // large values go into this node's arena first
   process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
     if (a.kind == process::arg_kind::ref) {  // an object fetched before (has_objects)
@@ -496,6 +510,7 @@ job start(node_runtime& rt, const bridge::remote_task& t, actor_table& actors, c
   job j{t.id, std::vector<detail::ref_node*>(t.num_returns, nullptr)};
   j.call = mode == call_mode::method;
   rt.submit(std::move(r), j.returns.data());
+  j.handles = std::move(handles);  // (held until it is answered)
   if (mode == call_mode::construct) {
     actors.emplace(t.actor, j.returns[0]);  // the handle: calls find it from now on
     j.returns.clear();
@@ -639,6 +654,8 @@ bridge::task_outcome finish(node_runtime& rt, job& j, const object_table& fetche
 void done_with(node_runtime& rt, job& j) {
   for (auto* n : j.pinned) rt.unpin(n);
   j.pinned.clear();
+  for (auto* n : j.handles) detail::release(n);
+  j.handles.clear();
   for (auto*& n : j.returns) detail::release(std::exchange(n, nullptr));
 }
 
@@ -743,6 +760,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   // calls wait behind it, so calls still run in order).
   object_table objects;
   std::map<std::string, std::string> unstarted;  ///< actors whose constructor failed here: why (until their end)
+  std::map<std::string, std::vector<detail::ref_node*>> ctor_handles;  ///< counted: handles actors here were built with
   std::deque<arrival> parked;  ///< tasks, and ends of actors with a parked task
   std::set<std::string> requested, parked_actors;
   auto actor_of = [](const arrival& a) -> const std::string& { return a.end ? a.end->actor : a.task.actor; };
@@ -765,8 +783,14 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     }
     try {
       job j = start(rt, t, actors, objects);
-      if (j.returns.empty()) answer({t.id, true, {}, {}, {}});  // an actor started: its calls may come
-      else running.push_back(std::move(j));
+      if (j.returns.empty()) {
+        answer({t.id, true, {}, {}, {}});  // an actor started: its calls may come
+        // The handles its constructor was given, for as long as it lives here.
+        auto& kept = ctor_handles[t.actor];
+        kept.insert(kept.end(), j.handles.begin(), j.handles.end());
+      } else {
+        running.push_back(std::move(j));
+      }
     } catch (const std::exception&) {
       auto o = failed_outcome(t.id, ipc::error_from_exception(std::current_exception(), t.name, ::getpid()));
       if (t.mode == static_cast<std::uint8_t>(detail::call_mode::construct) && !t.actor.empty())
@@ -789,6 +813,10 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   auto end_one = [&](const bridge::actor_end& e) {
     end_actor(rt, actors, e);
     unstarted.erase(e.actor);
+    if (auto it = ctor_handles.find(e.actor); it != ctor_handles.end()) {
+      for (auto* n : it->second) detail::release(n);
+      ctor_handles.erase(it);
+    }
   };
   // Takes out the parked tasks whose objects are all here, in order: plain
   // ones go back to the front of `waiting` (under the cap), actors' work now.
@@ -963,8 +991,12 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     }
   }
   process::context_use use;
-  for (auto& j : running)
+  for (auto& j : running) {
     for (auto* n : j.returns) detail::release(n);
+    for (auto* n : j.handles) detail::release(n);
+  }
+  for (auto& [key, held] : ctor_handles)
+    for (auto* n : held) detail::release(n);
   for (auto& [key, handle] : actors) detail::release(handle);
   for (auto& [key, object] : objects) detail::release(object);
   return why;

@@ -476,6 +476,13 @@ void node_runtime::send_object_now(const bridge::object_note& ask, object_entry*
 }
 
 namespace {
+/// Whether actor handle `e` may go to another node: its actor lives on a node
+/// of the cluster, started there already (its calls from anywhere go through the head).
+bool travels(const object_entry& e) {
+  return e.actor && e.actor->remote && !e.actor->remote_key.empty() &&
+         e.actor->st != actor_record::state::dead;
+}
+
 /// The entries refs inside `t`'s arguments name, and refs inside those, once each.
 std::vector<object_entry*> contained_in(const task_spec& t) {
   std::vector<object_entry*> out, todo(t.contained.begin(), t.contained.end());
@@ -505,10 +512,11 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   // driver's id, which the refs' bytes carry.
   std::vector<object_entry*> refs_inside = contained_in(t);
   for (const object_entry* e : refs_inside)
-    if (e->actor)
+    if (e->actor && !travels(*e))
       return refuse(ipc::error_kind::usage, "manta::usage_error",
-                    "manta: task '" + t.name() + "' needs another node, and its arguments hold an actor handle, "
-                    "which cannot travel between nodes yet");
+                    "manta: task '" + t.name() + "' needs another node, and its arguments hold an actor handle (" +
+                        e->actor->label + ") of an actor on this node: only handles of actors that live on the "
+                        "cluster's nodes travel");
   bridge::remote_task out;
   out.id = t.key;
   out.function = t.fn->id;
@@ -579,6 +587,10 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
     return ipc::error_from_exception(std::current_exception(), t.name(), pid_);
   }
   for (object_entry* e : refs_inside) {
+    if (e->actor) {  // made there under the same id: calls from there go through the head
+      out.handles.push_back({id_text(e->id), e->actor->remote_key, e->actor->class_tag, e->actor->label});
+      continue;
+    }
     e->on_nodes = true;
     out.objects.push_back(object_key(cluster_->id(), e->id));
     if (t.mode == detail::call_mode::construct) {
@@ -624,7 +636,7 @@ bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
   if (!cluster_ || serving_ || !runs_anywhere(t)) return false;
   if (!t.contained.empty() || std::any_of(t.deps.begin(), t.deps.end(), [](auto* e) { return !e->contained.empty(); }))
     for (const object_entry* e : contained_in(t))  // (it would wait there for one not made yet)
-      if (e->actor || e->status() != state_ready) return false;
+      if ((e->actor && !travels(*e)) || e->status() != state_ready) return false;
   return cluster_->spare_cpus(t.options) > static_cast<double>(in_flight);
 }
 
@@ -759,6 +771,19 @@ detail::ref_node* node_runtime::import_object(const object_id& id, const detail:
   if (object_entry* e = dir_->acquire(id)) return e;  // still here: a worker kept a ref to it
   accept_import(id);
   return put_as(id, v);
+}
+
+detail::ref_node* node_runtime::borrow_actor(const object_id& id, const std::string& key, std::uint64_t class_tag,
+                                             const std::string& label) {
+  call_guard guard(*this);
+  if (object_entry* e = dir_->acquire(id)) {  // still here (a worker kept it), or this node's own record
+    if (e->actor) return e;
+    detail::release(e);
+    throw usage_error("manta: an actor handle names object " + id_text(id) + ", which is not an actor here");
+  }
+  accept_import(id);
+  scheduler_lock lock(*this);
+  return sched_->adopt_remote_actor(key, class_tag, label, id);
 }
 
 detail::ref_node* node_runtime::import_failed(const object_id& id, const ipc::error_info& why) {

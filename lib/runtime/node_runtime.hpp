@@ -120,6 +120,11 @@ class node_runtime final : public process::process_context, public scheduler_hos
   detail::ref_node* import_object(const object_id& id, const detail::encoded_value& v);
   /// The same for an object that failed (a driver keeps one a node's result names).
   detail::ref_node* import_failed(const object_id& id, const ipc::error_info& why);
+  /// A node of a cluster: a handle (one count) under `id` for the actor `key`
+  /// that lives on a node of the cluster, as a task's arguments hold it; its
+  /// calls go through the head, and its handles going here do not end it.
+  detail::ref_node* borrow_actor(const object_id& id, const std::string& key, std::uint64_t class_tag,
+                                 const std::string& label);
   /// Another driver killed this driver's actor `key` (from the applier thread).
   void remote_actor_killed(const std::string& key);
   /// The head's answer to a worker's lookup (from the applier thread).

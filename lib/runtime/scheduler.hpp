@@ -173,6 +173,10 @@ class scheduler {
   /// A handle's entry (one count) for another driver's actor `key`, found by
   /// name on the cluster: its calls go there; its handles going does not end it.
   object_entry* adopt_remote_actor(const std::string& key, std::uint64_t class_tag, const std::string& name);
+  /// The same under `id`, for a handle that came inside a task's arguments
+  /// (`label`: what messages call it).
+  object_entry* adopt_remote_actor(const std::string& key, std::uint64_t class_tag, const std::string& label,
+                                   const object_id& id);
   /// Another driver killed this driver's actor `key` (found by its name): it is dead here too.
   void remote_actor_killed(const std::string& key);
   /// The cluster's answer to a worker's get_actor (find_actor_later): a handle
