@@ -94,6 +94,10 @@ manta::actor_handle<Counter> make_counter(int start) { return manta::actor<Count
 int read_named(std::string name) {
   return manta::get(manta::get_actor<Counter>(name).task(&Counter::read).remote());
 }
+/// Starts a named actor from a task, and calls it.
+int start_named(std::string name) {
+  return manta::get(manta::actor<Counter>().name(name).remote(100).task(&Counter::increment).remote());
+}
 int use_sensor(int ms) {
   std::this_thread::sleep_for(std::chrono::milliseconds(ms));
   return ms;
@@ -104,7 +108,7 @@ std::string gpus_seen(int) {
   const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
   return ids + "|" + (env ? env : "");
 }
-MANTA_REMOTE(call_through, pass_on, make_counter, read_named, use_sensor, gpus_seen);
+MANTA_REMOTE(call_through, pass_on, make_counter, read_named, start_named, use_sensor, gpus_seen);
 
 int read_pid() {
   pollfd p{report_pipe[0], POLLIN, 0};
@@ -205,6 +209,21 @@ TEST_P(actors, named_actors_are_found_from_any_process) {
   manta::kill(manta::get_actor<Counter>("tally"));
   EXPECT_TRUE(manta::testing::eventually([&] { return gone(pid); }));
   EXPECT_THROW(manta::get_actor<Counter>("tally"), manta::usage_error);
+}
+
+TEST_P(actors, a_task_starting_an_actor_under_a_taken_name_fails_and_nothing_else_does) {
+  // Found by a user: the second start freed its constructor, then used it (the driver crashed).
+  EXPECT_EQ(manta::get(manta::task(start_named).remote(std::string("twice")), std::chrono::seconds(30)), 101);
+  for (int i = 0; i < 2; ++i) {
+    try {
+      manta::get(manta::task(start_named).remote(std::string("twice")), std::chrono::seconds(30));
+      ADD_FAILURE() << "a second actor named 'twice' started";
+    } catch (const manta::error& e) {
+      EXPECT_NE(std::string(e.what()).find("the name is taken"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(manta::get(manta::get_actor<Counter>("twice").task(&Counter::read).remote()), 101);
+  manta::kill(manta::get_actor<Counter>("twice"));
 }
 
 TEST_P(actors, killed_actors_fail_their_calls) {

@@ -24,7 +24,7 @@ ipc::error_info scheduler::actor_error(const actor_record& a, const std::string&
           a.label, {}, 0, 0};
 }
 
-void scheduler::create_actor(task_spec* ctor) {
+bool scheduler::create_actor(task_spec* ctor) {
   actors_.push_back(std::move(ctor->new_actor));
   actor_record& a = *actors_.back();
   a.entry = ctor->returns.at(0);
@@ -44,9 +44,11 @@ void scheduler::create_actor(task_spec* ctor) {
       detail::acquire(a.entry);  // a named actor lives until kill or shutdown
     } else if (it->second != a.entry) {
       a.name.clear();  // the name belongs to the other actor
-      actor_dead(a, actor_error(a, "could not start: the name is taken"));
+      actor_dead(a, actor_error(a, "could not start: the name is taken"));  // (its constructor goes with it)
+      return false;
     }
   }
+  return true;
 }
 
 void scheduler::start_constructed(task_spec* ctor) {

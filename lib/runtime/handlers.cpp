@@ -256,7 +256,7 @@ void scheduler::on_submit(worker_link& w, const ipc::submit& m) {
   } else if (why) {  // the nested caller gets the error from get
     task_spec* raw = t.get();
     graph_.add(std::move(t));
-    if (raw->mode == detail::call_mode::construct) create_actor(raw);
+    if (raw->mode == detail::call_mode::construct && !create_actor(raw)) return;  // (dead: its name is taken)
     fail_task(raw, ipc::error_info{ipc::error_kind::usage, "manta::usage_error", *why, raw->name(), {}, 0, 0});
     return;
   }

@@ -49,7 +49,8 @@ std::optional<std::string> scheduler::admit(task_spec& t) const {
 void scheduler::submit(std::unique_ptr<task_spec> owned) {
   task_spec* t = owned.get();
   ipc::failure_ptr failed_arg = graph_.add(std::move(owned));
-  if (t->mode == detail::call_mode::construct) create_actor(t);  // handles find it at once
+  // Handles find it at once; an actor whose name is taken is dead already, its constructor gone.
+  if (t->mode == detail::call_mode::construct && !create_actor(t)) return;
   if (failed_arg) {
     fail_task(t, ipc::chain_failure(failed_arg, t->name()));
     return;

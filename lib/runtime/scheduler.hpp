@@ -297,7 +297,8 @@ class scheduler {
   // actors.cpp
   /// A constructor was submitted: its actor exists (handles work) from now on;
   /// it starts once the constructor's arguments are sealed.
-  void create_actor(task_spec* ctor);
+  /// @returns false if its name is taken: the actor is dead, and `ctor` gone
+  bool create_actor(task_spec* ctor);
   void start_constructed(task_spec* ctor);
   void start_actor(actor_record& a);
   void start_waiting_actors();
