@@ -201,6 +201,8 @@ std::vector<doubles_ref> given_and_made(std::vector<doubles_ref> refs) {
 std::vector<doubles_ref> failed_inside() { return {manta::task(failing_doubles).remote()}; }
 std::vector<manta::actor_handle<Counter>> handle_back() { return {manta::actor<Counter>().remote(1)}; }
 
+void mark(const std::string& name);
+
 // ---- from a node to the rest of the cluster (a node with "special", one with "rare")
 const std::map<std::string, double> on_rare{{"rare", 1}};
 /// Where it ran, and where a nested task needing what only the other node has ran.
@@ -215,6 +217,19 @@ std::vector<double> pass_on(doubles_ref given) {
   return {manta::get(manta::task(sum_on).resources(on_rare).remote(mine), std::chrono::seconds(30)),
           manta::get(manta::task(sum_refs).resources(on_rare).remote(std::vector<doubles_ref>{given}),
                      std::chrono::seconds(30))[0]};
+}
+
+/// Leaves a mark, then sleeps: a nested task on the other node.
+int slow_nested(int ms) {
+  mark("nested-running");
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return 1;
+}
+/// Starts `n` slow tasks on the other node and waits for them.
+int fan(int n) {
+  std::vector<manta::object_ref<int>> refs;
+  for (int i = 0; i < n; ++i) refs.push_back(manta::task(slow_nested).resources(on_rare).remote(20'000));
+  return static_cast<int>(manta::get(refs).size());
 }
 
 int throws_node_died() { throw manta::node_died_error("a node it needed is gone"); }
@@ -249,7 +264,8 @@ int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.tas
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
              bytes_of, add_through, marked_nap, together, nap_with, crash, sum_refs, sum_scaled, slow_doubles,
              failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
-             handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died);
+             handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died, slow_nested,
+             fan);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Relay, &Relay::add);
 MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host, &RefHolder::make, &RefHolder::read);
@@ -722,6 +738,13 @@ bool marked(const std::string& name, std::chrono::seconds limit) {
   return wait_for([&] { return std::filesystem::exists(path); }, limit);
 }
 void mark(const std::string& name) { std::ofstream(std::string(std::getenv("CLUSTER_DIR")) + "/" + name); }
+
+/// Leaves while a task of its runs on a node, waiting for tasks it started on
+/// the other node: the test sees them all end.
+void leaves() {
+  auto r = manta::task(fan).resources({{"special", 1}}).remote(6);
+  check(marked("nested-running", std::chrono::seconds(60)), "the nested tasks run on the other node");
+}
 
 /// Two drivers share a named actor that lives on a node: the owner starts it...
 void named_owner() {
@@ -1224,6 +1247,7 @@ int main(int argc, char** argv) {
   else if (scenario == "refs_inside") refs_inside();
   else if (scenario == "refs_back") refs_back();
   else if (scenario == "actor_call_retried") actor_call_retried();
+  else if (scenario == "leaves") leaves();
   else if (scenario == "from_nodes") from_nodes();
   else if (scenario == "actor_refs_lost") actor_refs_lost();
   else return 2;

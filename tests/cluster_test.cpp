@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -269,6 +270,33 @@ TEST_F(cluster, tasks_on_a_node_reach_the_rest_of_the_cluster) {
   pid_t driver = member(false, {"from_nodes", "2"}, "driver.log");
   EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
   EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  EXPECT_EQ(finish(a, 20s), 0) << log("node-1.log");
+  EXPECT_EQ(finish(b, 20s), 0) << log("node-2.log");
+}
+
+TEST_F(cluster, a_driver_that_leaves_ends_its_tasks_and_the_tasks_they_started_on_other_nodes) {
+  pid_t a = member(true, {"special"}, "node-1.log");
+  pid_t b = member(true, {"rare"}, "node-2.log");
+  pid_t driver = member(false, {"leaves", "2"}, "driver.log");
+  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log");
+  // The head's TASKS column: what runs on the nodes. The six nested tasks would
+  // sleep 20 s each on two workers; cancelled, they are gone at once.
+  auto running = [&] {
+    std::istringstream status(sh(std::string(MANTA_CLI_PATH) + " status --log-dir " + dir_));
+    std::string line;
+    int tasks = 0;
+    bool table = false;
+    while (std::getline(status, line)) {
+      std::istringstream fields(line);
+      std::vector<std::string> f{std::istream_iterator<std::string>(fields), {}};
+      if (!f.empty() && f[0] == "NODE") table = true;
+      else if (table && f.size() > 5) tasks += std::atoi(f[5].c_str());
+    }
+    return tasks;
+  };
+  EXPECT_TRUE(manta::testing::eventually([&] { return running() == 0; }, 10s))
+      << sh(std::string(MANTA_CLI_PATH) + " status --log-dir " + dir_);
   sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
   EXPECT_EQ(finish(a, 20s), 0) << log("node-1.log");
   EXPECT_EQ(finish(b, 20s), 0) << log("node-2.log");

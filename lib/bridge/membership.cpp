@@ -812,13 +812,21 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
     return std::make_shared<const std::string>(encode_part_header({stream, false, false, true}));
   };
   if (c.driver) {
-    // Its tasks run on; their outcomes have nobody to go to.
+    // Its tasks are cancelled on their nodes (a running one's worker is
+    // killed, and the tasks it started elsewhere are cancelled with it):
+    // their outcomes have nobody to go to. Its actors' calls end with them below.
     for (auto it = routed_.begin(); it != routed_.end();) {
       auto next = std::next(it);
       auto d = it->second.driver.lock();
       if (!d || d.get() == &c) {
-        if (!it->second.complete)  // its node drops the parts it has
-          if (auto node = it->second.node_connection.lock()) out.push_back({node, frame_type::part, abort_part(it->first)});
+        auto node = it->second.node_connection.lock();
+        if (!it->second.complete) {  // its node drops the parts it has
+          if (node) out.push_back({node, frame_type::part, abort_part(it->first)});
+        } else if (node && !node->done && it->second.actor.empty()) {
+          auto cancel = std::make_shared<std::string>(sizeof it->first, '\0');
+          std::memcpy(cancel->data(), &it->first, sizeof it->first);
+          out.push_back({node, frame_type::cancel_task, std::move(cancel)});
+        }
         --running_[it->second.node];
         drop_route(it);
       }
