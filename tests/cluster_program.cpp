@@ -232,6 +232,12 @@ int fan(int n) {
   return static_cast<int>(manta::get(refs).size());
 }
 
+std::vector<manta::actor_handle<Counter>> echo_handles(std::vector<manta::actor_handle<Counter>> cs) { return cs; }
+int kill_it(manta::actor_handle<Counter> c) {
+  manta::kill(c);
+  return 1;
+}
+
 int throws_node_died() { throw manta::node_died_error("a node it needed is gone"); }
 /// Fails with a nested task's node_died_error: its own node is fine.
 int relay_node_died() { return manta::get(manta::task(throws_node_died).resources(on_rare).remote()); }
@@ -265,7 +271,7 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              bytes_of, add_through, marked_nap, together, nap_with, crash, sum_refs, sum_scaled, slow_doubles,
              failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
              handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died, slow_nested,
-             fan);
+             fan, echo_handles, kill_it);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Relay, &Relay::add);
 MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host, &RefHolder::make, &RefHolder::read);
@@ -920,6 +926,27 @@ void from_nodes() {
             manta::get(relay.task(&Relay::add).remote(1), std::chrono::seconds(60)) == 107,
         "an actor on a node built with a handle of an actor on another node calls it");
   check(manta::get(tally.task(&Counter::add).remote(0)) == 107, "the driver sees those calls");
+  auto echoed = manta::get(manta::task(echo_handles).resources(on_special).remote(std::vector{tally}),
+                           std::chrono::seconds(60));
+  check(echoed.size() == 1 && echoed[0] == tally, "a task on a node returns the handle it was given");
+  echoed.clear();
+  tally = {};  // the relay's constructor still holds the actor
+  check(manta::get(relay.task(&Relay::add).remote(1), std::chrono::seconds(60)) == 108,
+        "an actor built with a handle keeps that actor alive after the driver dropped its own");
+  auto victim = manta::actor<Counter>().resources(on_rare).remote(0);
+  check(manta::get(victim.task(&Counter::add).remote(1)) == 1, "a second actor on the other node counts");
+  manta::get(manta::task(kill_it).resources(on_special).remote(victim), std::chrono::seconds(60));
+  check(wait_for(
+            [&] {
+              try {
+                manta::get(victim.task(&Counter::add).remote(1), std::chrono::seconds(30));
+                return false;
+              } catch (const manta::actor_died_error&) {
+                return true;
+              }
+            },
+            std::chrono::seconds(20)),
+        "a task on a node killed an actor through the handle it was given");
   auto here = manta::actor<Counter>().remote(0);  // on the driver's node
   try {
     manta::get(manta::task(add_through).resources(on_special).remote(here, 1), std::chrono::seconds(60));

@@ -1096,7 +1096,8 @@ void head::actor_forwarded(std::uint64_t id, routed_task& r, const shared_body& 
     // A call of an actor with max_task_retries keeps its frame (a single one:
     // a long call in parts is not kept) until answered, to run again after a restart.
     auto it = actors_.find(r.actor);
-    if (it != actors_.end() && it->second.task_retries != 0 && it->second.restarts_left > 0) {
+    if (it != actors_.end() && it->second.task_retries != 0 && it->second.restarts_left > 0 &&
+        !it->second.ctor.frames.empty()) {  // (it can start again)
       r.retries_left = it->second.task_retries < 0 ? std::numeric_limits<int>::max() : it->second.task_retries;
       return;
     }
@@ -1114,12 +1115,12 @@ void head::forget_frames(routed_task& r) {
 void head::end_actor(const connection& driver, std::string_view body, std::vector<outgoing>& out) {
   const actor_end e = decode_actor_end(body);  // malformed: the driver's connection ends
   auto it = actors_.find(e.actor);
-  // Its own driver ends it; any driver that found it by name may kill it, and
+  // Its own driver ends it; any driver holding a handle (found by name, or given) may kill it, and
   // then its own driver hears (its handles fail from then on).
   if (it == actors_.end()) return;
   auto owner = it->second.driver.lock();
   const bool own = owner.get() == &driver;
-  if (!own && (!e.kill || it->second.name.empty())) return;
+  if (!own && !e.kill) return;  // (only its own driver ends it; any holder of a handle may kill it)
   if (auto node = it->second.node_connection.lock(); node && !node->done && it->second.gone.empty())
     out.push_back({node, frame_type::actor_end, std::make_shared<const std::string>(body)});
   if (!own && owner && !owner->done)

@@ -562,7 +562,8 @@ std::vector<object_entry*> made_here_inside(const node_runtime& rt, const job& j
   std::vector<std::pair<object_entry*, std::size_t>> path;  // an entry, and its next ref to follow
   auto visit = [&](detail::ref_node* n) {
     auto* e = static_cast<object_entry*>(n);
-    const bool its_drivers = (e->id.hi >> 32) != rt.epoch() && copies.count(e);
+    // (A handle of another runtime's id was borrowed here: its driver has it.)
+    const bool its_drivers = (e->id.hi >> 32) != rt.epoch() && (copies.count(e) || e->actor);
     if (!its_drivers && seen.insert(e).second) path.emplace_back(e, 0);
   };
   for (detail::ref_node* r : j.returns)

@@ -511,12 +511,18 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   // key: the node fetches each before the task runs and keeps it under this
   // driver's id, which the refs' bytes carry.
   std::vector<object_entry*> refs_inside = contained_in(t);
-  for (const object_entry* e : refs_inside)
-    if (e->actor && !travels(*e))
-      return refuse(ipc::error_kind::usage, "manta::usage_error",
-                    "manta: task '" + t.name() + "' needs another node, and its arguments hold an actor handle (" +
-                        e->actor->label + ") of an actor on this node: only handles of actors that live on the "
-                        "cluster's nodes travel");
+  for (const object_entry* e : refs_inside) {
+    if (!e->actor || travels(*e)) continue;
+    const actor_record& a = *e->actor;
+    return refuse(ipc::error_kind::usage, "manta::usage_error",
+                  "manta: task '" + t.name() + "' needs another node, and its arguments hold an actor handle (" +
+                      a.label + ") " +
+                      (!a.remote                            ? "of an actor on this node: only handles of actors that "
+                                                              "live on the cluster's nodes travel"
+                       : a.st == actor_record::state::dead ? "of an actor that is dead"
+                                                           : "of an actor whose constructor has not gone to the "
+                                                             "cluster yet (wait for one of its calls first)"));
+  }
   bridge::remote_task out;
   out.id = t.key;
   out.function = t.fn->id;
@@ -589,6 +595,10 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   for (object_entry* e : refs_inside) {
     if (e->actor) {  // made there under the same id: calls from there go through the head
       out.handles.push_back({id_text(e->id), e->actor->remote_key, e->actor->class_tag, e->actor->label});
+      if (t.mode == detail::call_mode::construct) {  // the actor may call it for its whole life
+        detail::acquire(e);
+        t.actor->ctor_contained.push_back(e);
+      }
       continue;
     }
     e->on_nodes = true;
