@@ -172,9 +172,12 @@ TEST(bridge_wire, tasks_and_outcomes_decode_alike_moved_or_viewed_and_a_head_che
   EXPECT_EQ(out, encode_outcome_head(o) + "first" + std::string(50, 'v'));
   task_outcome back = decode_outcome(std::string(out));
   ASSERT_EQ(back.values.size(), 2u);
-  EXPECT_EQ(back.values[0].bytes, "first");
-  EXPECT_EQ(back.values[1].bytes, std::string(50, 'v'));
+  EXPECT_EQ(back.values[0].data(), "first");
+  EXPECT_EQ(back.values[1].data(), std::string(50, 'v'));
   EXPECT_EQ(back.values[1].tag, 2u);
+  const task_outcome copy = back;  // (views into a frame both keep)
+  back = {};
+  EXPECT_EQ(copy.values[1].data(), std::string(50, 'v'));
   const std::string start = encode_outcome_head(o);
   EXPECT_EQ(decode_outcome_head(start, out.size()).id, 6u);
   EXPECT_THROW(decode_outcome_head(start, out.size() + 1), wire_error) << "bytes past its values";
@@ -200,7 +203,7 @@ TEST(bridge_wire, an_outcome_carries_the_ids_inside_its_values_and_the_objects_t
   EXPECT_EQ(back.values[0].inside, (std::vector<std::string>{a, b}));
   EXPECT_TRUE(back.values[0].id.empty());
   EXPECT_EQ(back.values[1].id, a);
-  EXPECT_EQ(back.values[1].bytes, "inner");
+  EXPECT_EQ(back.values[1].data(), "inner");
   ASSERT_TRUE(back.values[2].error.has_value());
   EXPECT_EQ(back.values[2].error->message, "no");
   EXPECT_EQ(back.values[2].error->pid, 12);

@@ -240,14 +240,16 @@ task_outcome decode_outcome(std::string_view body, bool with_values) {
 
 task_outcome decode_outcome(std::string&& body) {
   parts p = split(body);
-  std::uint64_t last_at = 0;
-  task_outcome o = read_outcome(p, [&](remote_value& v, std::uint64_t at, std::uint64_t size, bool last) {
-    if (last) last_at = at;  // moved out below, once the header is read
-    else v.bytes.assign(p.payload.substr(at, size));
-  });
+  const std::size_t payload_at = body.size() - p.payload.size();
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;  // each value's place in the payload
+  task_outcome o = read_outcome(
+      p, [&](remote_value&, std::uint64_t at, std::uint64_t size, bool) { spans.emplace_back(at, size); });
   if (o.ok && !o.values.empty()) {
-    body.erase(0, body.size() - p.payload.size() + last_at);
-    o.values.back().bytes = std::move(body);
+    // A gigabyte of results is not copied on the link's thread (which must keep its heartbeats going).
+    o.frame = std::make_shared<const std::string>(std::move(body));
+    const std::string_view all(*o.frame);
+    for (std::size_t i = 0; i < o.values.size(); ++i)
+      o.values[i].borrowed = all.substr(payload_at + spans[i].first, spans[i].second);
   }
   return o;
 }

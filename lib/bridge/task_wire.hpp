@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -117,6 +118,9 @@ struct task_outcome {
   std::vector<remote_value> values;
   remote_error error;                ///< when not ok
   std::string node;                  ///< the node that ran it (or was to)
+  /// decode_outcome(std::string&&): the frame its values' bytes are views
+  /// into (shared: copies of the outcome keep it).
+  std::shared_ptr<const std::string> frame;
 };
 
 std::string encode_task(const remote_task& t);
@@ -133,7 +137,8 @@ std::string encode_outcome_head(const task_outcome& o);
 /// @param with_values  false: the values' sizes are checked against the body, nothing copied
 /// @throws wire_error if the body is malformed
 task_outcome decode_outcome(std::string_view body, bool with_values = true);
-/// The same, the last value moved out of `body` rather than copied.
+/// The same, the values left in `body` (kept in task_outcome::frame) and
+/// read through views: nothing copied, however long.
 task_outcome decode_outcome(std::string&& body);
 /// Checks the start of an outcome whose body is `total` bytes long (the
 /// values' sizes against it); returns it without values. @throws wire_error
