@@ -233,6 +233,11 @@ int fan(int n) {
 }
 
 std::vector<manta::actor_handle<Counter>> echo_handles(std::vector<manta::actor_handle<Counter>> cs) { return cs; }
+/// Starts a named actor (wherever it fits) and calls it.
+int start_named(std::string name) {
+  return manta::get(manta::actor<Counter>().name(name).remote(50).task(&Counter::add).remote(1),
+                    std::chrono::seconds(30));
+}
 int kill_it(manta::actor_handle<Counter> c) {
   manta::kill(c);
   return 1;
@@ -271,7 +276,7 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              bytes_of, add_through, marked_nap, together, nap_with, crash, sum_refs, sum_scaled, slow_doubles,
              failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
              handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died, slow_nested,
-             fan, echo_handles, kill_it);
+             fan, echo_handles, kill_it, start_named);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Relay, &Relay::add);
 MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host, &RefHolder::make, &RefHolder::read);
@@ -955,6 +960,23 @@ void from_nodes() {
     check(std::string(e.what()).find("actor handle") != std::string::npos,
           std::string("a handle of an actor on the driver's own node does not travel, saying why: ") + e.what());
   }
+  // A named actor a task on a node starts is known by its name everywhere.
+  check(manta::get(manta::task(start_named).resources(on_special).remote(std::string("from-node")),
+                   std::chrono::seconds(60)) == 51,
+        "a task on a node started a named actor");
+  check(manta::get(manta::get_actor<Counter>("from-node").task(&Counter::add).remote(1), std::chrono::seconds(30)) == 52,
+        "the driver finds a named actor a task on a node started");
+  check(manta::get(manta::task(add_by_name).resources(on_rare).remote(std::string("from-node"), 1),
+                   std::chrono::seconds(60)) == 53,
+        "a task on the other node finds it too");
+  try {
+    manta::get(manta::task(start_named).resources(on_rare).remote(std::string("from-node")), std::chrono::seconds(60));
+    check(false, "a second actor of that name, started on the other node, is refused");
+  } catch (const manta::error& e) {
+    check(std::string(e.what()).find("taken") != std::string::npos,
+          std::string("a second actor of that name, started on the other node, is refused: ") + e.what());
+  }
+  manta::kill(manta::get_actor<Counter>("from-node"));
   auto started = manta::get(manta::task(actor_from_node).resources(on_special).remote(), std::chrono::seconds(60));
   check(started.size() == 3 && started[0] == 7 && started[1] == hopped[1] && started[2] == hopped[0],
         "a task on a node started an actor on the other node and called it");

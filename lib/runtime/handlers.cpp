@@ -251,8 +251,12 @@ void scheduler::on_submit(worker_link& w, const ipc::submit& m) {
   t->args = m.args;
   t->key = new_key();
   if (cfg_.timeline && cfg_.timeline->on()) t->submitted_ns = observe::now_ns();
-  if (auto why = admit(*t); why && host_.cluster_can_run(*t)) {
-    t->remote = true;  // another node of the cluster has what it asks
+  const bool named_for_cluster =
+      m.mode == detail::call_mode::construct && !t->options.name.empty() && host_.names_in_cluster();
+  if (auto why = admit(*t); (why || named_for_cluster) && host_.cluster_can_run(*t)) {
+    // Another node of the cluster has what it asks; or a node's named actor,
+    // placed by the head (here too, maybe) so that its name is the cluster's.
+    t->remote = true;
   } else if (why) {  // the nested caller gets the error from get
     task_spec* raw = t.get();
     graph_.add(std::move(t));

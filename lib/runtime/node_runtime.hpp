@@ -172,6 +172,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void object_settled(object_entry* e) override;
   bool find_actor_later(int slot, std::uint64_t generation, std::uint64_t request, const std::string& name,
                         std::uint64_t class_tag, std::string& error) override;
+  bool names_in_cluster() override { return serving_ && cluster_; }
   /// Sends `e` (counted, the count given to the sender) as `ask` asks, or object_lost.
   void send_object_now(const bridge::object_note& ask, object_entry* e);
   /// Before an object of another runtime is kept here under `id`: the

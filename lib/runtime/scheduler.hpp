@@ -103,6 +103,9 @@ class scheduler_host {
   /// False if there is no cluster to ask (`error` says why, if it is gone). Never blocks.
   virtual bool find_actor_later(int slot, std::uint64_t generation, std::uint64_t request, const std::string& name,
                                 std::uint64_t class_tag, std::string& error) = 0;
+  /// Whether a named actor a worker starts goes through the cluster, so its
+  /// name is known cluster-wide (a node of a cluster: its own names reach nobody else).
+  virtual bool names_in_cluster() = 0;
 
  protected:
   ~scheduler_host() = default;

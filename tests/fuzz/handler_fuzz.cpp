@@ -83,6 +83,7 @@ struct quiet_host final : scheduler_host {
   bool find_actor_later(int, std::uint64_t, std::uint64_t, const std::string&, std::uint64_t, std::string&) override {
     return false;
   }
+  bool names_in_cluster() override { return false; }
 };
 
 constexpr std::uint32_t epoch = epoch_of_fuzz;
