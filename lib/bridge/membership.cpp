@@ -1321,6 +1321,9 @@ void head::stop_cluster() {
     for (auto& c : connections_)
       if (!c->done && !c->node_id.empty()) nodes.push_back(c);
   }
+  // Drivers first: told the cluster stopped before their nodes leave, their
+  // tasks fail saying so, not "lost with <node>".
+  std::stable_partition(nodes.begin(), nodes.end(), [](const auto& c) { return c->driver; });
   for (auto& c : nodes) {
     try {
       c->send(frame_type::stop, "the cluster was stopped");
