@@ -774,7 +774,7 @@ void named_owner() {
     manta::get(victim.task(&Counter::add).remote(1), std::chrono::seconds(30));
     check(false, "a call on an actor another driver killed fails");
   } catch (const manta::actor_died_error& e) {
-    check(std::string(e.what()).find("another driver") != std::string::npos,
+    check(std::string(e.what()).find("elsewhere in the cluster") != std::string::npos,
           std::string("a call on an actor another driver killed fails: ") + e.what());
   }
   auto again = manta::actor<Counter>().resources(half).name("victim").remote(7);
@@ -952,6 +952,16 @@ void from_nodes() {
             },
             std::chrono::seconds(20)),
         "a task on a node killed an actor through the handle it was given");
+  // A dead actor's handle still travels: the task runs, and only its calls on it fail.
+  check(manta::get(manta::task(count_handles).resources(on_special).remote(std::vector{victim}),
+                   std::chrono::seconds(60)) == 1,
+        "a task given a dead actor's handle runs");
+  try {
+    manta::get(manta::task(add_through).resources(on_special).remote(victim, 1), std::chrono::seconds(60));
+    check(false, "a call through a dead actor's handle on a node fails");
+  } catch (const manta::actor_died_error& e) {
+    check(true, std::string("a call through a dead actor's handle on a node fails: ") + e.what());
+  }
   auto here = manta::actor<Counter>().remote(0);  // on the driver's node
   try {
     manta::get(manta::task(add_through).resources(on_special).remote(here, 1), std::chrono::seconds(60));

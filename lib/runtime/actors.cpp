@@ -324,7 +324,8 @@ void scheduler::remote_actor_killed(const std::string& key) {
     if (!a->remote || a->borrowed || a->remote_key != key || a->st == actor_record::state::dead) continue;
     a->remote_started = false;  // (nothing to tell the head: it forgot it)
     a->killed = true;
-    actor_dead(*a, actor_error(*a, "was killed by another driver (manta::kill)"));
+    actor_dead(*a, actor_error(*a, "was killed (manta::kill) elsewhere in the cluster: by another driver, or a task "
+                                   "on a node holding its handle"));
   }
 }
 

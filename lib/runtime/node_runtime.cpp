@@ -477,11 +477,9 @@ void node_runtime::send_object_now(const bridge::object_note& ask, object_entry*
 
 namespace {
 /// Whether actor handle `e` may go to another node: its actor lives on a node
-/// of the cluster, started there already (its calls from anywhere go through the head).
-bool travels(const object_entry& e) {
-  return e.actor && e.actor->remote && !e.actor->remote_key.empty() &&
-         e.actor->st != actor_record::state::dead;
-}
+/// of the cluster, started there already (its calls from anywhere go through
+/// the head; a dead one's fail there with actor_died_error, as here).
+bool travels(const object_entry& e) { return e.actor && e.actor->remote && !e.actor->remote_key.empty(); }
 
 /// The entries refs inside `t`'s arguments name, and refs inside those, once each.
 std::vector<object_entry*> contained_in(const task_spec& t) {
@@ -517,11 +515,10 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
     return refuse(ipc::error_kind::usage, "manta::usage_error",
                   "manta: task '" + t.name() + "' needs another node, and its arguments hold an actor handle (" +
                       a.label + ") " +
-                      (!a.remote                            ? "of an actor on this node: only handles of actors that "
-                                                              "live on the cluster's nodes travel"
-                       : a.st == actor_record::state::dead ? "of an actor that is dead"
-                                                           : "of an actor whose constructor has not gone to the "
-                                                             "cluster yet (wait for one of its calls first)"));
+                      (!a.remote ? "of an actor on this node: only handles of actors that live on the cluster's "
+                                   "nodes travel"
+                                 : "of an actor whose constructor has not gone to the cluster yet (wait for one "
+                                   "of its calls first)"));
   }
   bridge::remote_task out;
   out.id = t.key;
