@@ -757,6 +757,32 @@ void leaves() {
   check(marked("nested-running", std::chrono::seconds(60)), "the nested tasks run on the other node");
 }
 
+/// A named actor a task of this driver starts on a node ends when this driver
+/// leaves (as Ray's non-detached actors end with their job)...
+void scoped_first() {
+  check(manta::get(manta::task(start_named).resources({{"special", 1}}).remote(std::string("job-scoped")),
+                   std::chrono::seconds(60)) == 51,
+        "a task on a node started a named actor");
+  check(manta::get(manta::get_actor<Counter>("job-scoped").task(&Counter::add).remote(1)) == 52, "the driver calls it");
+}
+/// ...so the same program, run again, starts it afresh.
+void scoped_second() {
+  check(wait_for(
+            [] {
+              try {
+                manta::get_actor<Counter>("job-scoped");
+                return false;
+              } catch (const manta::usage_error&) {
+                return true;
+              }
+            },
+            std::chrono::seconds(20)),
+        "the named actor went with the driver whose task started it");
+  check(manta::get(manta::task(start_named).resources({{"special", 1}}).remote(std::string("job-scoped")),
+                   std::chrono::seconds(60)) == 51,
+        "the same program, run again, starts it afresh");
+}
+
 /// Two drivers share a named actor that lives on a node: the owner starts it...
 void named_owner() {
   const std::map<std::string, double> half{{"special", 0.5}};  // (the node has 2: every actor here fits at once)
@@ -1307,6 +1333,8 @@ int main(int argc, char** argv) {
   else if (scenario == "refs_back") refs_back();
   else if (scenario == "actor_call_retried") actor_call_retried();
   else if (scenario == "leaves") leaves();
+  else if (scenario == "scoped_first") scoped_first();
+  else if (scenario == "scoped_second") scoped_second();
   else if (scenario == "from_nodes") from_nodes();
   else if (scenario == "actor_refs_lost") actor_refs_lost();
   else return 2;

@@ -302,6 +302,20 @@ TEST_F(cluster, a_driver_that_leaves_ends_its_tasks_and_the_tasks_they_started_o
   EXPECT_EQ(finish(b, 20s), 0) << log("node-2.log");
 }
 
+TEST_F(cluster, a_named_actor_a_task_on_a_node_started_ends_with_the_driver_of_that_task) {
+  pid_t a = member(true, {"special"}, "node-1.log");
+  pid_t b = member(true, {"special"}, "node-2.log");
+  pid_t first = member(false, {"scoped_first", "2"}, "first.log");
+  EXPECT_EQ(finish(first, 120s), 0) << log("first.log");
+  EXPECT_EQ(log("first.log").find("FAILED"), std::string::npos) << log("first.log");
+  pid_t second = member(false, {"scoped_second", "2"}, "second.log");
+  EXPECT_EQ(finish(second, 120s), 0) << log("second.log");
+  EXPECT_EQ(log("second.log").find("FAILED"), std::string::npos) << log("second.log");
+  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  EXPECT_EQ(finish(a, 20s), 0) << log("node-1.log");
+  EXPECT_EQ(finish(b, 20s), 0) << log("node-2.log");
+}
+
 TEST_F(cluster, refs_inside_the_results_of_a_task_on_a_node_bring_the_objects_they_name) {
   EXPECT_EQ(with_two_nodes("refs_back"), std::make_pair(0, 0));
 }

@@ -832,15 +832,20 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       }
       it = next;
     }
-    // Its actors end with it, as a driver's do on one node.
+    // Its actors end with it, as a driver's do on one node; so do those its
+    // program's tasks started on nodes (owned by a node's driver connection,
+    // which hears, as of a kill).
     for (auto it = actors_.begin(); it != actors_.end();) {
       auto d = it->second.driver.lock();
-      if (d && d.get() != &c) {
+      const bool its_program = it->second.origin == c.node_id;
+      if (d && d.get() != &c && !its_program) {
         ++it;
         continue;
       }
+      auto end = std::make_shared<const std::string>(encode_actor_end({it->first, true}));
       if (auto node = it->second.node_connection.lock(); node && !node->done && it->second.gone.empty())
-        out.push_back({node, frame_type::actor_end, std::make_shared<const std::string>(encode_actor_end({it->first, true}))});
+        out.push_back({node, frame_type::actor_end, end});
+      if (d && d.get() != &c && !d->done) out.push_back({d, frame_type::actor_end, end});
       const std::string key = it->first;
       it = forget_actor(it);
       answer_lookups(key, out);  // (as ended)
@@ -1051,6 +1056,7 @@ std::shared_ptr<head::connection> head::actor_target(const std::shared_ptr<conne
     host(a);
     a.restarts_left = t.max_restarts < 0 ? std::numeric_limits<int>::max() : t.max_restarts;
     a.task_retries = t.max_task_retries;
+    a.origin = t.origin.empty() ? driver->node_id : t.origin;
     return node;
   }
   if (it == actors_.end()) {

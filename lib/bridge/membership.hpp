@@ -139,6 +139,9 @@ class head {
     /// Its max_task_retries (negative: no limit): a call running when its node
     /// is lost runs again after the restart, if its frame was kept.
     int task_retries = 0;
+    /// The driver whose program started it (remote_task::origin): when that
+    /// driver leaves, it ends, whichever driver (a node's) owns it.
+    std::string origin;
     std::string name;        ///< its name in the cluster, or empty
     std::uint64_t class_tag = 0;
     bool complete = true;    ///< its constructor went whole to its node (false while its parts go)

@@ -53,6 +53,10 @@ struct remote_task {
     std::string label;  ///< what messages call it
   };
   std::vector<handle> handles;
+  /// The driver whose program it serves ("driver-N"): its sender, or for a
+  /// node's nested task, the driver of the task that submitted it. The head
+  /// ends the actors it starts when that driver leaves.
+  std::string origin;
   /// Set on a value sent to one node (mode_object): the node it goes to, and
   /// the object's key; its one argument is the value.
   std::string node, object;

@@ -761,6 +761,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   // calls wait behind it, so calls still run in order).
   object_table objects;
   std::map<std::string, std::string> unstarted;  ///< actors whose constructor failed here: why (until their end)
+  std::string origin;  ///< the driver of the task submitted last
   std::map<std::string, std::vector<detail::ref_node*>> ctor_handles;  ///< counted: handles actors here were built with
   std::deque<arrival> parked;  ///< tasks, and ends of actors with a parked task
   std::set<std::string> requested, parked_actors;
@@ -783,6 +784,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       return;
     }
     try {
+      if (t.origin != origin) rt.set_origin(origin = t.origin);  // (whose program its nested tasks serve)
       job j = start(rt, t, actors, objects);
       if (j.returns.empty()) {
         answer({t.id, true, {}, {}, {}});  // an actor started: its calls may come

@@ -224,6 +224,8 @@ void scheduler::on_submit(worker_link& w, const ipc::submit& m) {
   auto t = std::make_unique<task_spec>();
   t->fn = fn;
   t->parent = m.mode == detail::call_mode::construct ? 0 : m.parent;  // an actor outlives its creator
+  if (m.parent)
+    if (const task_spec* p = graph_.find(m.parent)) t->origin = p->origin;  // (a cluster's node: whose program)
   t->mode = m.mode;
   t->num_returns = static_cast<std::uint16_t>(m.returns.size());
   t->arg_count = m.arg_count;

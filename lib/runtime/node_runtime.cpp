@@ -356,6 +356,19 @@ void node_runtime::serve_cluster(const std::string& address, const std::string& 
   join_cluster(address, token);
 }
 
+void node_runtime::set_origin(const std::string& driver) {
+  scheduler_lock lock(*this);
+  auto it = std::find(origins_.begin(), origins_.end(), driver);
+  if (it != origins_.end()) {
+    current_origin_ = static_cast<std::uint16_t>(it - origins_.begin());
+  } else if (origins_.size() < 65536) {  // (past that, tasks serve no known driver)
+    origins_.push_back(driver);
+    current_origin_ = static_cast<std::uint16_t>(origins_.size() - 1);
+  } else {
+    current_origin_ = 0;
+  }
+}
+
 void node_runtime::host_launch(const launch& l, const std::string& dir) {
   if (launch_over_mpi(l)) {
     // Every other rank waits in the broadcast: it hears of a failure too.
@@ -543,6 +556,8 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
     out.max_concurrency = t.options.max_concurrency;
   }
   if (t.actor) out.actor = t.actor->remote_key;
+  // A node's task serves the program of the driver whose task submitted it.
+  out.origin = serving_ && t.origin != 0 ? origins_[t.origin] : cluster_->id();
   if (t.mode == detail::call_mode::construct && !t.options.name.empty()) {
     out.actor_name = t.options.name;  // get_actor finds it from any driver
     out.class_tag = t.fn->class_tag;
@@ -964,6 +979,7 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   t->arg_count = r.arg_count;
   t->options = std::move(r.options);
   t->local_only = serving_;  // the head placed it here: it never spills back
+  if (serving_) t->origin = current_origin_;
   if (timeline_.on()) t->submitted_ns = observe::now_ns();
   // Admission reads the ledger's totals, which never change: no lock (submitters
   // never wait on the scheduler's mutex). What this node cannot run may go to

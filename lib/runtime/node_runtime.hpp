@@ -102,6 +102,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// finds actors of the cluster), while what the head sends here (submitted
   /// by the serving thread, not a worker) runs here and never goes back.
   void serve_cluster(const std::string& address, const std::string& token);
+  /// The serving thread: the driver whose task it submits next (remote_task::origin).
+  void set_origin(const std::string& driver);
   /// Rank 0 of a launch (mpirun, srun): hosts the head, tells the other ranks
   /// where it is (over MPI, or in files in `dir`), drives, and waits until
   /// every other rank joined.
@@ -183,6 +185,11 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// Asks for objects still pending, by entry (each counted once; under the scheduler's lock).
   std::unordered_map<object_entry*, std::vector<bridge::object_note>> asked_pending_;
   std::uint64_t remote_actors_ = 0;  ///< actors started on the cluster (their keys' numbers; under the scheduler's lock)
+  /// A node: the drivers whose programs its tasks serve (task_spec::origin
+  /// indexes it; under the scheduler's lock), and the one of the task the
+  /// serving thread submits now (set_origin).
+  std::vector<std::string> origins_{std::string()};
+  std::uint16_t current_origin_ = 0;
   bool cluster_can_run(const task_spec& t) override;
 
   // node_runtime.cpp: objects and submissions

@@ -41,6 +41,9 @@ struct task_spec : pool_allocated {
   detail::call_mode mode = detail::call_mode::call;
   std::uint16_t num_returns = 1;
   std::uint16_t arg_count = 0;
+  /// A node of a cluster: the driver whose program it serves (an index into
+  /// node_runtime's origins; 0: none known). Inherited by the tasks it submits.
+  std::uint16_t origin = 0;
   detail::task_options options;
   std::string args;                     ///< argument blob (process/args_blob.hpp)
   std::vector<object_entry*> deps;      ///< counted
