@@ -69,7 +69,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           if (o2.ok != o.ok || o2.values.size() != o.values.size() || o2.error.message != o.error.message)
             __builtin_trap();
           for (std::size_t i = 0; i < o.values.size(); ++i)
-            if (o2.values[i].bytes != o.values[i].bytes || o2.values[i].tag != o.values[i].tag) __builtin_trap();
+            if (o2.values[i].data() != o.values[i].data() || o2.values[i].tag != o.values[i].tag) __builtin_trap();
         } catch (const wire_error&) {
         }
       }
