@@ -621,8 +621,10 @@ void objects() {
     check(manta::get(a, std::chrono::seconds(60)) == 2 && manta::get(b, std::chrono::seconds(60)) == 2,
           "two tasks naming one 150 MB object ran at once");
     // An actor killed while its call waits for an object: the call fails, nothing is left on the node.
+    // A long call runs first, so the kill always lands before the waiting call could run.
     auto c = manta::actor<Counter>().resources(on_special).remote(0);
     manta::get(c.task(&Counter::add).remote(1));
+    auto busy = c.task(&Counter::nap).remote(60'000);
     auto pending = manta::put(std::vector<double>(300'000, 1.0));
     auto waits = c.task(&Counter::absorb).remote(pending);
     manta::kill(c);
