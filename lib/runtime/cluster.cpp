@@ -13,6 +13,7 @@
 #include <fstream>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <nlohmann/json.hpp>
@@ -427,12 +428,49 @@ struct job {
 /// handle each, given back when the driver ends the actor.
 using actor_table = std::map<std::string, detail::ref_node*>;
 /// Copies of drivers' objects that tasks here named, by key: one count each,
-/// given back when the driver frees the object (or leaves).
-using object_table = std::map<std::string, detail::ref_node*>;
+/// given back when the driver frees the object (or leaves). The entries are
+/// also kept as a set, which made_here_inside asks on every round.
+class object_table {
+ public:
+  object_table() = default;
+  object_table(const object_table&) = delete;
+  object_table& operator=(const object_table&) = delete;
+  bool has(const std::string& key) const { return by_key_.count(key) != 0; }
+  /// The copy kept as `key`, or null.
+  detail::ref_node* find(const std::string& key) const {
+    auto it = by_key_.find(key);
+    return it == by_key_.end() ? nullptr : it->second;
+  }
+  /// Whether `n` is a copy of a driver's object (under any key).
+  bool is_copy(const detail::ref_node* n) const { return entries_.count(n) != 0; }
+  /// Keeps `n` (one count, taken over) as `key`.
+  void keep(const std::string& key, detail::ref_node* n) {
+    by_key_.emplace(key, n);
+    ++entries_[n];
+  }
+  /// Gives back every copy (with the runtime in use: process::context_use).
+  void clear() {
+    for (auto& [key, n] : by_key_) detail::release(n);
+    by_key_.clear();
+    entries_.clear();
+  }
+  /// Gives back the copy kept as `key`, if any.
+  void drop(const std::string& key) {
+    auto it = by_key_.find(key);
+    if (it == by_key_.end()) return;
+    if (auto e = entries_.find(it->second); --e->second == 0) entries_.erase(e);
+    detail::release(it->second);
+    by_key_.erase(it);
+  }
+
+ private:
+  std::map<std::string, detail::ref_node*> by_key_;
+  std::unordered_map<const detail::ref_node*, int> entries_;  ///< how many keys name each
+};
 
 /// Whether every object `t` names is here.
 bool has_objects(const bridge::remote_task& t, const object_table& objects) {
-  return std::all_of(t.objects.begin(), t.objects.end(), [&](const std::string& k) { return objects.count(k) != 0; });
+  return std::all_of(t.objects.begin(), t.objects.end(), [&](const std::string& k) { return objects.has(k); });
 }
 
 /// Submits `t` to this node's runtime; an actor's constructor goes into
@@ -496,9 +534,9 @@ job start(node_runtime& rt, const bridge::remote_task& t, actor_table& actors, c
   detail::arg_writer writer(r);  // large values go into this node's arena first
   process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
     if (a.kind == process::arg_kind::ref) {  // an object fetched before (has_objects)
-      auto it = a.size_or_index < t.objects.size() ? objects.find(t.objects[a.size_or_index]) : objects.end();
-      if (it == objects.end()) throw usage_error("manta: task '" + t.name + "' names an object this node does not hold");
-      writer.ref(it->second, a.tag);
+      detail::ref_node* held = a.size_or_index < t.objects.size() ? objects.find(t.objects[a.size_or_index]) : nullptr;
+      if (!held) throw usage_error("manta: task '" + t.name + "' names an object this node does not hold");
+      writer.ref(held, a.tag);
       return;
     }
     detail::encoded_value v;
@@ -522,7 +560,7 @@ job start(node_runtime& rt, const bridge::remote_task& t, actor_table& actors, c
 /// the id its driver gave it: refs to it inside other values resolve here.
 /// @throws what putting it throws (the arena is full), usage_error for a malformed key
 void keep_object(node_runtime& rt, object_table& objects, const bridge::remote_task& t) {
-  if (objects.count(t.object) || t.arg_count != 1) return;
+  if (objects.has(t.object) || t.arg_count != 1) return;
   const std::optional<object_id> id = id_in_object_key(t.object);
   if (!id) throw usage_error("manta: object " + t.object + " came with a malformed key");
   detail::encoded_value v;
@@ -532,7 +570,7 @@ void keep_object(node_runtime& rt, object_table& objects, const bridge::remote_t
     v.borrowed = a.bytes;
     v.size = a.size_or_index;
   });
-  objects.emplace(t.object, rt.import_object(*id, v));
+  objects.keep(t.object, rt.import_object(*id, v));
 }
 
 /// A driver ended one of its actors here: its handle goes (it ends once its
@@ -557,13 +595,12 @@ void end_actor(node_runtime& rt, actor_table& actors, const bridge::actor_end& e
 /// objects, fetched for tasks here (`fetched`), are not among them.
 std::vector<object_entry*> made_here_inside(const node_runtime& rt, const job& j, const object_table& fetched) {
   std::vector<object_entry*> out;
-  std::unordered_set<const object_entry*> seen, copies;
-  for (const auto& [key, n] : fetched) copies.insert(static_cast<const object_entry*>(n));
+  std::unordered_set<const object_entry*> seen;
   std::vector<std::pair<object_entry*, std::size_t>> path;  // an entry, and its next ref to follow
   auto visit = [&](detail::ref_node* n) {
     auto* e = static_cast<object_entry*>(n);
     // (A handle of another runtime's id was borrowed here: its driver has it.)
-    const bool its_drivers = (e->id.hi >> 32) != rt.epoch() && (copies.count(e) || e->actor);
+    const bool its_drivers = (e->id.hi >> 32) != rt.epoch() && (fetched.is_copy(e) || e->actor);
     if (!its_drivers && seen.insert(e).second) path.emplace_back(e, 0);
   };
   for (detail::ref_node* r : j.returns)
@@ -804,7 +841,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   };
   auto park = [&](arrival&& a) {
     for (const auto& key : a.task.objects) {
-      if (objects.count(key) || !requested.insert(key).second) continue;
+      if (objects.has(key) || !requested.insert(key).second) continue;
       try {
         link.send(bridge::frame_type::fetch_object, bridge::encode_object_note({key, {}, {}}));
       } catch (const std::exception&) {  // the link broke: its callback says why
@@ -883,10 +920,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       process::context_use use;
       for (auto& a : about_objects) {
         if (a.note && a.note_type == bridge::frame_type::object_freed) {
-          if (auto it = objects.find(a.note->object); it != objects.end()) {
-            detail::release(it->second);
-            objects.erase(it);
-          }
+          objects.drop(a.note->object);
         } else if (a.note) {
           object_lost(a.note->object, a.note->why);
         } else {
@@ -1001,7 +1035,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   for (auto& [key, held] : ctor_handles)
     for (auto* n : held) detail::release(n);
   for (auto& [key, handle] : actors) detail::release(handle);
-  for (auto& [key, object] : objects) detail::release(object);
+  objects.clear();
   return why;
 }
 
