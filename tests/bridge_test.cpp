@@ -164,6 +164,9 @@ TEST(bridge_wire, tasks_and_outcomes_decode_alike_moved_or_viewed_and_a_head_che
   EXPECT_EQ(moved.args, t.args);
   EXPECT_EQ(moved.name, "f");
   EXPECT_EQ(decode_task(std::string_view(body).substr(0, encode_task_head(t).size()), false).name, "f");
+  EXPECT_FALSE(moved.spilled);
+  t.spilled = true;  // (a spilled task goes back to its driver rather than wait at the head for a node)
+  EXPECT_TRUE(decode_task(encode_task(t)).spilled);
 
   task_outcome o;
   o.id = 6;

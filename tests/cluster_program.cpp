@@ -270,13 +270,19 @@ int crash() {
 /// From a worker of the driver's node: a call on an actor that lives on another node.
 int add_through(manta::actor_handle<Counter> c, int x) { return manta::get(c.task(&Counter::add).remote(x)); }
 
+/// Leaves an at-<node pid>-<i> mark, sleeps, and says where it ran.
+int nap_marked_where(int ms, int i) {
+  mark("at-" + std::to_string(where()) + "-" + std::to_string(i));
+  return nap_where(ms);
+}
+
 }  // namespace
 
 MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, nested_where, slow_sum_where, sample_of,
              bytes_of, add_through, marked_nap, together, nap_with, crash, sum_refs, sum_scaled, slow_doubles,
              failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
              handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died, slow_nested,
-             fan, echo_handles, kill_it, start_named);
+             fan, echo_handles, kill_it, start_named, nap_marked_where);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Relay, &Relay::add);
 MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host, &RefHolder::make, &RefHolder::read);
@@ -1122,6 +1128,101 @@ void actor_restart_lost() {
   ::kill(p, SIGKILL);
 }
 
+/// How many workers left a mark (marked_nap) so far; `clear`: removes them.
+int worker_marks(bool clear = false) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::getenv("CLUSTER_DIR")))
+    if (e.path().filename().string().rfind("worker-", 0) == 0) {
+      ++n;
+      if (clear) std::filesystem::remove(e.path());
+    }
+  return n;
+}
+
+/// The only node that can hold an actor is lost: the actor waits at the head
+/// for a node that has what it asks (the head runs with --node-wait 4),
+/// starts again on the one the driver starts, and runs the calls made
+/// meanwhile in order; so does a task that was running there. Lost again with
+/// no node joining, both are gone once the wait is over.
+void work_waits_for_node() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  auto x = manta::actor<Counter>().resources(on_special).max_restarts(2).remote(10);
+  const int first = manta::get(x.task(&Counter::host).remote());
+  check(manta::get(x.task(&Counter::add).remote(1)) == 11, "the actor runs on the only node");
+  auto running = manta::task(marked_nap).resources(on_special).remote(2000);
+  check(wait_for([] { return worker_marks() == 1; }, std::chrono::seconds(20)), "a task runs there too");
+  // Plain tasks spill to the node while this driver's one worker is busy.
+  // Lost with it, they come back here at once (this node can run them)
+  // instead of waiting at the head for a node.
+  auto busy = manta::task(nap_where).remote(2000);
+  std::vector<manta::object_ref<int>> spilled;
+  for (int i = 0; i < 3; ++i) spilled.push_back(manta::task(nap_marked_where).remote(1000, i));
+  const std::string at_first = std::string(std::getenv("CLUSTER_DIR")) + "/at-" + std::to_string(first) + "-";
+  int there = -1;  // which of them runs on the node
+  check(wait_for(
+            [&] {
+              for (int i = 0; i < 3; ++i)
+                if (std::filesystem::exists(at_first + std::to_string(i))) there = i;
+              return there >= 0;
+            },
+            std::chrono::seconds(20)),
+        "a plain task spilled to the node");
+  ::kill(first, SIGKILL);
+  check(wait_for([] { return alive_nodes() == 0; }, std::chrono::seconds(20)), "its node is lost");
+  auto a = x.task(&Counter::add).remote(1);
+  auto b = x.task(&Counter::add).remote(2);
+  try {
+    manta::get(a, std::chrono::milliseconds(500));
+    check(false, "a call waits while no node can hold its actor");
+  } catch (const manta::timeout_error&) {
+    check(true, "a call waits while no node can hold its actor");
+  }
+  // A node like the lost one joins (started as users do, in the background).
+  char self[4096] = {};
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  check(n > 0, "the program knows its path");
+  const std::string dir = std::getenv("CLUSTER_DIR");
+  const std::string start = std::string("env -u MANTA_ADDRESS ") + std::getenv("CLUSTER_CLI") + " start --log-dir " +
+                            dir + " --num-workers 2 -- " + self + " special > " + dir + "/start.out 2>&1";
+  check(std::system(start.c_str()) == 0, "a new node joined");
+  check(manta::get(a, std::chrono::seconds(30)) == 11 && manta::get(b, std::chrono::seconds(30)) == 13,
+        "the calls made while it waited ran, in order, from its constructor's state");
+  const int second = manta::get(x.task(&Counter::host).remote(), std::chrono::seconds(30));
+  check(second != 0 && second != first, "it lives on the node that joined");
+  check(manta::get(running, std::chrono::seconds(30)) == 0 && worker_marks() == 2,
+        "the task lost with the first node ran again on the one that joined");
+  check(manta::get(busy) == ::getpid() && manta::get(spilled[there], std::chrono::seconds(30)) == ::getpid(),
+        "the plain task spilled to the lost node ran here, not on the node that joined");
+
+  worker_marks(/*clear=*/true);
+  auto stranded = manta::task(marked_nap).resources(on_special).remote(60'000);
+  check(wait_for([] { return worker_marks() == 1; }, std::chrono::seconds(20)), "another task runs there");
+  ::kill(second, SIGKILL);
+  check(wait_for([] { return alive_nodes() == 0; }, std::chrono::seconds(20)), "that node is lost too");
+  try {
+    manta::get(stranded, std::chrono::seconds(30));
+    check(false, "with no node joining, a task lost with it fails once the wait is over");
+  } catch (const manta::node_died_error& e) {
+    check(std::string(e.what()).find("joined within 4000 ms") != std::string::npos,
+          std::string("with no node joining, a task lost with it fails once the wait is over: ") + e.what());
+  }
+  auto c = x.task(&Counter::add).remote(1);
+  try {
+    manta::get(c, std::chrono::seconds(30));
+    check(false, "with no node joining, its call fails once the wait is over");
+  } catch (const manta::actor_died_error& e) {
+    check(std::string(e.what()).find("joined within 4000 ms") != std::string::npos,
+          std::string("with no node joining, its call fails once the wait is over: ") + e.what());
+  }
+  try {
+    manta::get(x.task(&Counter::add).remote(1), std::chrono::seconds(30));
+    check(false, "a later call fails at once");
+  } catch (const manta::actor_died_error& e) {
+    check(std::string(e.what()).find("joined within") != std::string::npos,
+          std::string("a later call fails at once: ") + e.what());
+  }
+}
+
 /// The pid of `parent`'s child named `comm` (0 if none).
 int child_named(int parent, const std::string& comm) {
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
@@ -1327,6 +1428,7 @@ int main(int argc, char** argv) {
   else if (scenario == "actor_holds") actor_holds();
   else if (scenario == "actor_backlog") actor_backlog();
   else if (scenario == "actor_restart_lost") actor_restart_lost();
+  else if (scenario == "work_waits_for_node") work_waits_for_node();
   else if (scenario == "actor_lost_long") actor_lost_long();
   else if (scenario == "spilled_fetch") spilled_fetch();
   else if (scenario == "named_owner") named_owner();

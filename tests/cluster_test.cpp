@@ -49,7 +49,7 @@ class cluster : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     tag_ = "CLUSTER_TAG=" + std::to_string(::getpid()) + "-" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
     ::putenv(const_cast<char*>(tag_.c_str()));  // the head inherits it too
-    std::string started = sh(std::string(MANTA_CLI_PATH) + " start --head --log-dir " + dir_);
+    std::string started = sh(std::string(MANTA_CLI_PATH) + " start --head --log-dir " + dir_ + head_flags_);
     ASSERT_NE(started.find("address: 127.0.0.1:"), std::string::npos) << started;
     std::ifstream in(dir_ + "/head.address");
     in >> address_ >> head_pid_;
@@ -115,6 +115,7 @@ class cluster : public ::testing::Test {
   }
 
   std::string dir_, tag_, address_;
+  std::string head_flags_;  ///< more flags for `manta start --head`
   pid_t head_pid_ = 0;
   std::vector<pid_t> children_;
 };
@@ -220,6 +221,23 @@ TEST_F(cluster, an_actor_on_a_killed_node_starts_again_on_another_within_max_res
 
 TEST_F(cluster, calls_of_an_actor_with_max_task_retries_run_again_after_its_node_is_lost) {
   EXPECT_EQ(with_two_nodes("actor_call_retried"), std::make_pair(0, 128 + SIGKILL));
+}
+
+/// A head whose actors wait 4 s for a node to start again on.
+class cluster_node_wait : public cluster {
+ protected:
+  cluster_node_wait() { head_flags_ = " --node-wait 4"; }
+};
+
+TEST_F(cluster_node_wait, work_lost_with_the_only_node_that_can_take_it_goes_to_one_that_joins) {
+  pid_t node = member(true, {"special"}, "node-1.log");
+  pid_t driver = member(false, {"work_waits_for_node", "1"}, "driver.log");
+  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- head:\n" << log("head.log");
+  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log") << "\n--- head:\n"
+                                                                   << log("head.log");
+  EXPECT_NE(log("head.log").find("waits up to 4000 ms"), std::string::npos) << log("head.log");
+  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  EXPECT_EQ(finish(node, 20s), 128 + SIGKILL);
 }
 
 TEST_F(cluster, tasks_go_to_a_node_where_no_actor_holds_what_they_ask) {

@@ -148,8 +148,12 @@ int start_head(const cluster_options& o) {
     try {
       std::shared_ptr<bridge::tls_context> tls;
       if (!tls_cert.empty()) tls = bridge::tls_context::for_head(tls_cert, tls_key);
-      bridge::head h(
-          {.bind = o.bind, .port = o.port, .token = token, .tls = tls, .on_stop_request = [&] { stop = true; }});
+      bridge::head h({.bind = o.bind,
+                      .port = o.port,
+                      .token = token,
+                      .tls = tls,
+                      .node_wait = std::chrono::milliseconds(static_cast<long long>(o.node_wait_s * 1000)),
+                      .on_stop_request = [&] { stop = true; }});
       // Listening: now the token and the address are written.
       bridge::write_token_file(token_path(o), token);
       std::string address =

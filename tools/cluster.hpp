@@ -15,6 +15,8 @@ struct cluster_options {
   std::string bind = "127.0.0.1";
   std::string tls_cert, tls_key;  ///< a head's TLS certificate and key (PEM), or neither
   unsigned short port = 0;
+  /// --node-wait: how long work lost with its node waits for a node that can take it (seconds)
+  double node_wait_s = 60;
   bool json = false;
 };
 

@@ -198,6 +198,11 @@ int main(int argc, char** argv) {
   start->add_option("--token-file", cluster.token_file, "where to write the cluster's token (0600)");
   start->add_option("--tls-cert", cluster.tls_cert, "the head's TLS certificate (PEM): every connection uses TLS");
   start->add_option("--tls-key", cluster.tls_key, "the private key of --tls-cert (PEM)");
+  start->add_option("--node-wait", cluster.node_wait_s,
+                    "the head: how long work lost with its node (actors to restart, tasks to retry) waits for a "
+                    "node that can take it, in seconds (0: it fails at once)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   start->add_option("--log-dir", cluster.log_dir, "where the head's log, address and token go")->capture_default_str();
   auto* stop = app.add_subcommand("stop", "stop the cluster: every node is told to stop, then the head exits");
   stop->add_option("--address", cluster.address, "the head, HOST:PORT (default: the one started from --log-dir)");

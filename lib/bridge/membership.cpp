@@ -412,6 +412,7 @@ void head::serve(std::shared_ptr<connection> c) {
       if (!driver) {
         nodes_.push_back({id, where, info, true, {}});
         tell_drivers(out);
+        place_restarting(out);  // actors waiting for a node like it start there
       }
     }
     if (driver) {
@@ -493,6 +494,7 @@ void head::watch_heartbeats() {
         silent.push_back(c);
         lose_member(*c, "no heartbeat for " + std::to_string(cfg_.lost_after.count()) + " ms", out);
       }
+      if (!restarting_.empty() || !waiting_tasks_.empty()) place_restarting(out);  // (their waits end here)
       send_all_of(out);  // under the lock, as the serve threads do: in order per peer
     }
     for (auto& c : silent) c->shut();  // its server thread ends
@@ -608,7 +610,9 @@ void head::route_task(const std::shared_ptr<connection>& driver, std::string&& b
   std::shared_ptr<connection> node = !t.actor.empty() ? actor_target(driver, t, r, why)
                                      : !t.node.empty()  ? node_target(driver, t, r, why)
                                                         : place(r, why);
+  if (!node && r.method && hold_call(std::move(r), std::move(body))) return;  // its actor restarts
   if (!node) {
+    if (r.method && actors_.count(t.actor) && actors_[t.actor].restarting) why += " (the head keeps no more calls for it)";
     out.push_back({driver, frame_type::task_result, t.actor.empty() ? unplaced(t, why) : actor_refused(t, why)});
     return;
   }
@@ -632,6 +636,7 @@ head::routed_task head::routed_from(const std::shared_ptr<connection>& driver, c
   r.num_gpus = t.num_gpus;
   r.resources = t.resources;
   r.objects = t.objects;
+  r.spilled = t.spilled;
   r.retries_left = t.max_retries < 0 ? std::numeric_limits<int>::max() : t.max_retries;  // negative: no limit
   return r;
 }
@@ -827,7 +832,7 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
           std::memcpy(cancel->data(), &it->first, sizeof it->first);
           out.push_back({node, frame_type::cancel_task, std::move(cancel)});
         }
-        --running_[it->second.node];
+        if (!it->second.node.empty()) --running_[it->second.node];  // (empty: held for a restarting actor)
         drop_route(it);
       }
       it = next;
@@ -846,6 +851,7 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       if (auto node = it->second.node_connection.lock(); node && !node->done && it->second.gone.empty())
         out.push_back({node, frame_type::actor_end, end});
       if (d && d.get() != &c && !d->done) out.push_back({d, frame_type::actor_end, end});
+      fail_held(it->second, "ended with the driver " + c.node_id, out);
       const std::string key = it->first;
       it = forget_actor(it);
       answer_lookups(key, out);  // (as ended)
@@ -935,6 +941,16 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       it = following;
       continue;
     }
+    if (r.retries_left > 0 && r.keep && !r.spilled && cfg_.node_wait.count() > 0) {
+      // No alive node can run it: it waits for one to join (place_restarting).
+      r.node.clear();
+      r.node_connection.reset();
+      r.wait_by = std::chrono::steady_clock::now() + cfg_.node_wait;
+      r.lost_with = "was lost with " + c.node_id + " (" + why + ")";
+      waiting_tasks_.push_back(it->first);
+      it = following;
+      continue;
+    }
     std::string message = "manta: task '" + r.name + "' was lost with " + c.node_id + " (" + why + ")" +
                           (!r.keep             ? ", and its arguments were more than the head keeps to send again"
                            : elsewhere.empty() ? ", past its max_retries"
@@ -956,24 +972,25 @@ void head::lose_actors(const connection& c, const std::string& why, std::vector<
     auto driver = a.driver.lock();
     std::string elsewhere;
     std::shared_ptr<connection> next;
-    if (driver && !driver->done && a.restarts_left > 0 && !a.ctor.frames.empty()) next = place(a.ctor, elsewhere);
+    const bool can_restart = driver && !driver->done && a.restarts_left > 0 && !a.ctor.frames.empty();
+    if (can_restart) next = place(a.ctor, elsewhere);
+    const std::string lost_with = "was lost with " + c.node_id + " (" + why + ")";
     if (next) {
-      // Its constructor runs again there, from the frame the head kept (and
-      // numbered as before); its driver hears only if it never heard of the first.
-      --a.restarts_left;
-      routed_task r = a.ctor;
-      r.kept = 0;  // (the actor counts the frame)
-      routed_task& sent = routed_.insert_or_assign(a.ctor_id, std::move(r)).first->second;
-      forward(sent, next, out);
-      sent.frames.clear();
-      sent.keep = false;
-      // (a.ctor.driver_id stays until the start is answered: if this node is
-      // lost too before it answers, the next start, or the failure, answers.)
-      a.node = next->node_id;
-      host(a);
-      a.node_connection = next;
-      std::fprintf(stderr, "manta head: actor %s (%s) was lost with %s; started again on %s\n", a.ctor.name.c_str(),
-                   key.c_str(), c.node_id.c_str(), a.node.c_str());
+      restart_on(key, a, next, lost_with, out);
+      continue;
+    }
+    if (can_restart && cfg_.node_wait.count() > 0) {
+      // No alive node has what it asks: it waits for one to join (the lost
+      // node started again, or another), as Ray's restarting actors do.
+      a.restarting = true;
+      a.restart_by = std::chrono::steady_clock::now() + cfg_.node_wait;
+      a.lost_with = lost_with;
+      a.node.clear();
+      a.node_connection.reset();
+      restarting_.insert(key);
+      std::fprintf(stderr, "manta head: actor %s (%s) %s; it waits up to %lld ms for a node that has what it asks\n",
+                   a.ctor.name.c_str(), key.c_str(), lost_with.c_str(),
+                   static_cast<long long>(cfg_.node_wait.count()));
       continue;
     }
     actor_gone(key, a,
@@ -997,6 +1014,14 @@ void head::lose_actors(const connection& c, const std::string& why, std::vector<
     routed_task& r = it->second;
     auto driver = r.driver.lock();
     auto a = actors_.find(r.actor);
+    if (driver && !driver->done && a != actors_.end() && a->second.restarting) {
+      // Held until its actor starts again, behind its constructor.
+      --r.retries_left;
+      r.node.clear();
+      r.node_connection.reset();
+      a->second.held_calls.emplace_back(id, false);
+      continue;
+    }
     std::shared_ptr<connection> node;
     if (a != actors_.end() && a->second.gone.empty() && a->second.node != c.node_id)
       node = a->second.node_connection.lock();
@@ -1013,6 +1038,122 @@ void head::lose_actors(const connection& c, const std::string& why, std::vector<
                              (a == actors_.end() || !a->second.gone.empty() ? ", and its actor did not start again"
                                                                             : ""),
                          r.name, c.node_id)))});
+    drop_route(it);
+  }
+}
+
+void head::restart_on(const std::string& key, placed_actor& a, const std::shared_ptr<connection>& node,
+                      const std::string& lost_with, std::vector<outgoing>& out) {
+  // Its constructor runs again there, from the frame the head kept (and
+  // numbered as before); its driver hears only if it never heard of the first.
+  --a.restarts_left;
+  routed_task r = a.ctor;
+  r.kept = 0;  // (the actor counts the frame)
+  routed_task& sent = routed_.insert_or_assign(a.ctor_id, std::move(r)).first->second;
+  forward(sent, node, out);
+  sent.frames.clear();
+  sent.keep = false;
+  // (a.ctor.driver_id stays until the start is answered: if this node is
+  // lost too before it answers, the next start, or the failure, answers.)
+  a.node = node->node_id;
+  host(a);
+  a.node_connection = node;
+  a.restarting = false;
+  std::fprintf(stderr, "manta head: actor %s (%s) %s; started again on %s\n", a.ctor.name.c_str(), key.c_str(),
+               lost_with.c_str(), a.node.c_str());
+  // The calls held while it waited follow its constructor, in order.
+  for (auto [id, fresh] : std::exchange(a.held_calls, {})) {
+    auto it = routed_.find(id);
+    if (it == routed_.end()) continue;  // its driver left, or cancelled it
+    forward(it->second, node, out);
+    if (fresh) actor_forwarded(id, it->second, it->second.frames.empty() ? nullptr : it->second.frames.front().second);
+  }
+}
+
+void head::place_restarting(std::vector<outgoing>& out) {
+  const auto now = std::chrono::steady_clock::now();
+  std::erase_if(waiting_tasks_, [&](std::uint64_t id) {
+    auto it = routed_.find(id);
+    if (it == routed_.end()) return true;  // its driver left, or cancelled it
+    routed_task& r = it->second;
+    auto driver = r.driver.lock();
+    std::string why;
+    if (auto node = driver && !driver->done ? place(r, why) : nullptr) {
+      --r.retries_left;
+      forward(r, node, out);
+      return true;
+    }
+    if (driver && !driver->done && now < r.wait_by) return false;
+    if (driver && !driver->done)
+      out.push_back({driver, frame_type::task_result,
+                     std::make_shared<const std::string>(encode_outcome(
+                         failed(r.driver_id, kind_node_died, "manta::node_died_error",
+                                "manta: task '" + r.name + "' " + r.lost_with + ", and no node that can run it joined within " +
+                                    std::to_string(cfg_.node_wait.count()) + " ms",
+                                r.name)))});
+    drop_route(it);
+    return true;
+  });
+  for (auto k = restarting_.begin(); k != restarting_.end();) {
+    auto it = actors_.find(*k);
+    if (it == actors_.end() || !it->second.restarting) {  // ended or killed meanwhile
+      k = restarting_.erase(k);
+      continue;
+    }
+    placed_actor& a = it->second;
+    auto driver = a.driver.lock();
+    const bool driven = driver && !driver->done;
+    std::string why;
+    if (auto node = driven ? place(a.ctor, why) : nullptr) {
+      restart_on(*k, a, node, a.lost_with, out);
+      k = restarting_.erase(k);
+      continue;
+    }
+    if (driven && now < a.restart_by) {
+      ++k;
+      continue;
+    }
+    a.restarting = false;
+    actor_gone(*k, a,
+               a.lost_with + ", and no node that has what it asks joined within " +
+                   std::to_string(cfg_.node_wait.count()) + " ms",
+               out);
+    fail_held(a, a.gone, out);
+    if (a.ctor.driver_id != 0 && driven)  // its constructor was never answered
+      out.push_back({driver, frame_type::task_result,
+                     std::make_shared<const std::string>(
+                         encode_outcome(failed(std::exchange(a.ctor.driver_id, 0), kind_node_died,
+                                               "manta::node_died_error", "manta: actor '" + a.ctor.name + "' " + a.gone,
+                                               a.ctor.name)))});
+    k = restarting_.erase(k);
+  }
+}
+
+bool head::hold_call(routed_task&& r, std::string&& body) {
+  auto a = actors_.find(r.actor);
+  if (a == actors_.end() || !a->second.restarting) return false;
+  const std::uint64_t id = ++next_task_;
+  set_id(body, id);
+  routed_task& kept = routed_.emplace(id, std::move(r)).first->second;
+  keep_frame(kept, frame_type::run_task, std::make_shared<const std::string>(std::move(body)));
+  if (!kept.keep) {  // past what the head keeps
+    drop_route(routed_.find(id));
+    return false;
+  }
+  a->second.held_calls.emplace_back(id, true);
+  return true;
+}
+
+void head::fail_held(placed_actor& a, const std::string& why, std::vector<outgoing>& out) {
+  for (auto [id, fresh] : std::exchange(a.held_calls, {})) {
+    auto it = routed_.find(id);
+    if (it == routed_.end()) continue;
+    if (auto driver = it->second.driver.lock(); driver && !driver->done)
+      out.push_back({driver, frame_type::task_result,
+                     std::make_shared<const std::string>(encode_outcome(
+                         failed(it->second.driver_id, kind_actor_died, "manta::actor_died_error",
+                                "manta: actor call '" + it->second.name + "' did not run: its actor " + why,
+                                it->second.name)))});
     drop_route(it);
   }
 }
@@ -1067,6 +1208,10 @@ std::shared_ptr<head::connection> head::actor_target(const std::shared_ptr<conne
   // arguments; only its own driver ends it, and others kill only named ones.)
   if (!it->second.gone.empty()) {
     why = "its actor " + it->second.gone;
+    return nullptr;
+  }
+  if (it->second.restarting) {  // (route_task holds it, unless the head keeps no more)
+    why = "its actor " + it->second.lost_with + " and waits for a node to start again on";
     return nullptr;
   }
   auto node = it->second.node_connection.lock();
@@ -1131,6 +1276,7 @@ void head::end_actor(const connection& driver, std::string_view body, std::vecto
     out.push_back({node, frame_type::actor_end, std::make_shared<const std::string>(body)});
   if (!own && owner && !owner->done)
     out.push_back({owner, frame_type::actor_end, std::make_shared<const std::string>(body)});
+  fail_held(it->second, e.kill ? "was killed" : "was ended", out);
   const std::string key = it->first;
   forget_actor(it);
   answer_lookups(key, out);  // (as ended)
@@ -1244,6 +1390,10 @@ void head::cancel_routed(const connection& driver, std::string_view body, std::v
   for (auto& [id, r] : routed_) {
     if (r.driver_id != driver_id || r.driver.lock().get() != &driver) continue;
     r.retries_left = 0;  // nobody waits for it: not run again if its node is lost
+    if (r.node.empty()) {  // held for its restarting actor: it never goes
+      drop_route(routed_.find(id));
+      return;
+    }
     if (auto node = r.node_connection.lock(); node && !node->done) {
       auto cancel = std::make_shared<std::string>(sizeof id, '\0');
       std::memcpy(cancel->data(), &id, sizeof id);

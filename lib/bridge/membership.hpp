@@ -38,6 +38,11 @@ inline constexpr std::chrono::milliseconds heartbeat_every{500};
 /// Five heartbeats missed: a node (or the head) is lost well within 3 s.
 inline constexpr std::chrono::milliseconds lost_after{2500};
 
+/// Work lost with its node (an actor to start again, a task to run again)
+/// waits this long for a node that can take it to join (the same node
+/// started again, or a new one), by default.
+inline constexpr std::chrono::milliseconds node_wait{60'000};
+
 /// What a node says when it joins.
 struct node_info {
   std::string host;
@@ -73,6 +78,9 @@ class head {
     /// TLS on every connection (bridge/tls), when set.
     std::shared_ptr<tls_context> tls;
     std::chrono::milliseconds lost_after = bridge::lost_after;
+    /// How long work lost with its node waits for a node that has what it
+    /// asks, when no alive one has (0: it fails at once).
+    std::chrono::milliseconds node_wait = bridge::node_wait;
     /// Called (on a head thread) when a tool asks to stop the cluster, after
     /// every node was told.
     std::function<void()> on_stop_request;
@@ -122,6 +130,11 @@ class head {
     std::map<std::string, double> resources;
     int retries_left = 0;  ///< on the loss of its node
     std::vector<std::string> objects;  ///< the stored objects it names (remote_task::objects)
+    /// A task lost with its node while no alive node could take it: it waits
+    /// (node empty) until one joins, or fails at `wait_by` saying `lost_with`.
+    std::chrono::steady_clock::time_point wait_by{};
+    std::string lost_with;
+    bool spilled = false;  ///< remote_task::spilled: never waits for a node
     std::string actor;     ///< an actor's constructor or call: the actor's key
     /// An actor's call: sent again only to its actor started again elsewhere,
     /// within the actor's max_task_retries (retries_left), never on its own.
@@ -146,6 +159,14 @@ class head {
     std::uint64_t class_tag = 0;
     bool complete = true;    ///< its constructor went whole to its node (false while its parts go)
     std::string gone;        ///< why it is gone (its later calls fail with it), or empty
+    /// Lost with its node while no alive node had what it asks: it starts
+    /// again once one joins (place_restarting), or is gone at `restart_by`.
+    bool restarting = false;
+    std::chrono::steady_clock::time_point restart_by{};
+    std::string lost_with;  ///< while restarting: "was lost with <node> (<why>)"
+    /// While restarting: its calls, held until it starts (routed_ numbers, in
+    /// order; `true`: a call made meanwhile, `false`: one running when lost).
+    std::vector<std::pair<std::uint64_t, bool>> held_calls;
   };
 
   void accept_loop();
@@ -204,6 +225,18 @@ class head {
   ///                 sent behind their actor's new start, or failed
   void lose_actors(const connection& c, const std::string& why, std::vector<std::uint64_t> resend,
                    std::vector<outgoing>& out);
+  /// Starts actor `key` again on `node` from the constructor the head kept,
+  /// then sends the calls held for it (under mu_).
+  void restart_on(const std::string& key, placed_actor& a, const std::shared_ptr<connection>& node,
+                  const std::string& lost_with, std::vector<outgoing>& out);
+  /// The actors and tasks waiting for a node: sent where one now fits, or
+  /// gone once their wait is over or their driver left (under mu_).
+  void place_restarting(std::vector<outgoing>& out);
+  /// Holds a call of restarting actor `t.actor` until it starts (under mu_);
+  /// false if the head keeps no more (then it fails).
+  bool hold_call(routed_task&& r, std::string&& body);
+  /// Fails the calls held for `a` with `why` (under mu_).
+  void fail_held(placed_actor& a, const std::string& why, std::vector<outgoing>& out);
   /// Stops keeping `r`'s frames (under mu_).
   void forget_frames(routed_task& r);
   /// `a` counts on its node: its load, and the resources it holds for life (under mu_).
@@ -236,6 +269,8 @@ class head {
   std::map<std::uint64_t, routed_task> routed_;  ///< by the head's number
   std::map<std::string, int> running_;           ///< tasks forwarded to each node, not back yet
   std::map<std::string, placed_actor> actors_;   ///< by key: every driver's actors in the cluster
+  std::set<std::string> restarting_;             ///< keys of actors waiting for a node to start again on
+  std::vector<std::uint64_t> waiting_tasks_;     ///< tasks lost with their node, waiting for one (routed_ numbers)
   std::map<std::string, int> hosted_;            ///< actors living on each node (they count as its load)
   std::map<std::string, std::string> actor_names_;  ///< named actors' keys, by name (cluster-wide)
   /// Lookups of a named actor whose constructor is still on its way, by its key:

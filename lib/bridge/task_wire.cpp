@@ -80,6 +80,7 @@ std::string encode_task_head(const remote_task& t) {
   if (!t.objects.empty()) h["objects"] = t.objects;
   for (const auto& a : t.handles) h["handles"].push_back({a.id, a.key, a.class_tag, a.label});
   if (!t.origin.empty()) h["origin"] = t.origin;
+  if (t.spilled) h["spilled"] = true;
   if (!t.node.empty()) h["node"] = t.node;
   if (!t.object.empty()) h["object"] = t.object;
   return head_bytes(t.id, h);
@@ -122,6 +123,7 @@ remote_task decode_task_header(const parts& p) {
     t.node = h.value("node", std::string());
     t.object = h.value("object", std::string());
     t.origin = h.value("origin", std::string());
+    t.spilled = h.value("spilled", false);
   } catch (const json::exception& e) {
     throw wire_error(std::string("manta bridge: a malformed task: ") + e.what());
   }

@@ -57,6 +57,10 @@ struct remote_task {
   /// node's nested task, the driver of the task that submitted it. The head
   /// ends the actors it starts when that driver leaves.
   std::string origin;
+  /// Sent only because its driver's own workers were busy: lost with its
+  /// node, it goes back to its driver (which can run it) rather than wait
+  /// at the head for a node.
+  bool spilled = false;
   /// Set on a value sent to one node (mode_object): the node it goes to, and
   /// the object's key; its one argument is the value.
   std::string node, object;

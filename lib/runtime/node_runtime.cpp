@@ -558,6 +558,7 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   if (t.actor) out.actor = t.actor->remote_key;
   // A node's task serves the program of the driver whose task submitted it.
   out.origin = serving_ && t.origin != 0 ? origins_[t.origin] : cluster_->id();
+  out.spilled = t.spilled;
   if (t.mode == detail::call_mode::construct && !t.options.name.empty()) {
     out.actor_name = t.options.name;  // get_actor finds it from any driver
     out.class_tag = t.fn->class_tag;
