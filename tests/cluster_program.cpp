@@ -102,6 +102,15 @@ int marked_nap(int ms) {
   return 0;
 }
 
+/// An actor whose constructor leaves a mark, then takes `ms` to finish.
+struct Slow {
+  explicit Slow(int ms) {
+    std::ofstream(std::string(std::getenv("CLUSTER_DIR")) + "/slow-" + std::to_string(where()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  }
+  int host() const { return where(); }
+};
+
 /// An actor whose constructor takes a long value (which the head keeps, to start it again elsewhere).
 struct Holder {
   explicit Holder(std::vector<double> xs) : n(xs.size()) {}
@@ -284,6 +293,7 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died, slow_nested,
              fan, echo_handles, kill_it, start_named, nap_marked_where);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
+MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
 MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host, &RefHolder::make, &RefHolder::read);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
@@ -1221,6 +1231,30 @@ void work_waits_for_node() {
     check(std::string(e.what()).find("joined within") != std::string::npos,
           std::string("a later call fails at once: ") + e.what());
   }
+
+  // An actor lost while its constructor ran waits too; killed meanwhile, its
+  // start is answered, and nothing of it is left in the driver.
+  check(std::system(start.c_str()) == 0, "a third node joined");
+  const std::size_t before = manta::detail::object_count();
+  {
+    auto slow = manta::actor<Slow>().resources(on_special).max_restarts(1).remote(60'000);
+    int third = 0;
+    check(wait_for(
+              [&] {
+                for (const auto& e : std::filesystem::directory_iterator(dir))
+                  if (e.path().filename().string().rfind("slow-", 0) == 0)
+                    third = std::atoi(e.path().filename().string().c_str() + 5);
+                return third != 0;
+              },
+              std::chrono::seconds(20)),
+          "a slow constructor runs on the third node");
+    ::kill(third, SIGKILL);
+    check(wait_for([] { return alive_nodes() == 0; }, std::chrono::seconds(20)), "the third node is lost");
+    manta::kill(slow);
+  }
+  check(wait_for([&] { return manta::detail::object_count() == before; }, std::chrono::seconds(20)),
+        "the actor killed while it waited left nothing in the driver (" +
+            std::to_string(manta::detail::object_count()) + " objects, " + std::to_string(before) + " before)");
 }
 
 /// The pid of `parent`'s child named `comm` (0 if none).

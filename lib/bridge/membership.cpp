@@ -413,6 +413,9 @@ void head::serve(std::shared_ptr<connection> c) {
         nodes_.push_back({id, where, info, true, {}});
         tell_drivers(out);
         place_restarting(out);  // actors waiting for a node like it start there
+        // Under the lock, as the serve threads send: a call routed to a restarted
+        // actor by another thread once the lock is free must not overtake its start.
+        send_all_of(out);
       }
     }
     if (driver) {
@@ -764,7 +767,7 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
       if (!r.actor.empty() && !r.method)
         if (auto a = actors_.find(r.actor); a != actors_.end())
           actor_gone(a->first, a->second, "its constructor was not sent whole", out);
-      --running_[r.node];
+      if (!r.node.empty()) --running_[r.node];  // (empty: it waits for a node)
       drop_route(it);
       return;
     }
@@ -1078,19 +1081,22 @@ void head::place_restarting(std::vector<outgoing>& out) {
     routed_task& r = it->second;
     auto driver = r.driver.lock();
     std::string why;
-    if (auto node = driver && !driver->done ? place(r, why) : nullptr) {
+    // (Parts of it that came meanwhile may have passed what the head keeps: then it cannot go.)
+    if (auto node = driver && !driver->done && r.keep ? place(r, why) : nullptr) {
       --r.retries_left;
       forward(r, node, out);
       return true;
     }
-    if (driver && !driver->done && now < r.wait_by) return false;
+    if (driver && !driver->done && r.keep && now < r.wait_by) return false;
     if (driver && !driver->done)
       out.push_back({driver, frame_type::task_result,
-                     std::make_shared<const std::string>(encode_outcome(
-                         failed(r.driver_id, kind_node_died, "manta::node_died_error",
-                                "manta: task '" + r.name + "' " + r.lost_with + ", and no node that can run it joined within " +
-                                    std::to_string(cfg_.node_wait.count()) + " ms",
-                                r.name)))});
+                     std::make_shared<const std::string>(encode_outcome(failed(
+                         r.driver_id, kind_node_died, "manta::node_died_error",
+                         "manta: task '" + r.name + "' " + r.lost_with +
+                             (r.keep ? ", and no node that can run it joined within " +
+                                           std::to_string(cfg_.node_wait.count()) + " ms"
+                                     : ", and its arguments were more than the head keeps to send again"),
+                         r.name)))});
     drop_route(it);
     return true;
   });
@@ -1113,18 +1119,11 @@ void head::place_restarting(std::vector<outgoing>& out) {
       ++k;
       continue;
     }
-    a.restarting = false;
     actor_gone(*k, a,
                a.lost_with + ", and no node that has what it asks joined within " +
                    std::to_string(cfg_.node_wait.count()) + " ms",
                out);
     fail_held(a, a.gone, out);
-    if (a.ctor.driver_id != 0 && driven)  // its constructor was never answered
-      out.push_back({driver, frame_type::task_result,
-                     std::make_shared<const std::string>(
-                         encode_outcome(failed(std::exchange(a.ctor.driver_id, 0), kind_node_died,
-                                               "manta::node_died_error", "manta: actor '" + a.ctor.name + "' " + a.gone,
-                                               a.ctor.name)))});
     k = restarting_.erase(k);
   }
 }
@@ -1145,6 +1144,15 @@ bool head::hold_call(routed_task&& r, std::string&& body) {
 }
 
 void head::fail_held(placed_actor& a, const std::string& why, std::vector<outgoing>& out) {
+  // A constructor lost with its node before it answered waits for the restart:
+  // with none coming, it is answered here.
+  if (auto driver = a.driver.lock(); a.restarting && a.ctor.driver_id != 0 && driver && !driver->done)
+    out.push_back({driver, frame_type::task_result,
+                   std::make_shared<const std::string>(
+                       encode_outcome(failed(std::exchange(a.ctor.driver_id, 0), kind_node_died,
+                                             "manta::node_died_error", "manta: actor '" + a.ctor.name + "' " + why,
+                                             a.ctor.name)))});
+  a.restarting = false;
   for (auto [id, fresh] : std::exchange(a.held_calls, {})) {
     auto it = routed_.find(id);
     if (it == routed_.end()) continue;
