@@ -251,6 +251,15 @@ int kill_it(manta::actor_handle<Counter> c) {
   manta::kill(c);
   return 1;
 }
+/// Puts 4 MB here and hands it to the actor (a stored object: by reference, unless its actor is on a driver).
+int absorb_through(manta::actor_handle<Counter> c, int n) {
+  auto big = manta::put(std::vector<double>(static_cast<std::size_t>(n), 1.0));
+  return manta::get(c.task(&Counter::absorb).remote(big), std::chrono::seconds(30));
+}
+/// Calls the actor, then says which node this ran on.
+std::vector<int> add_where(manta::actor_handle<Counter> c, int x) {
+  return {manta::get(c.task(&Counter::add).remote(x), std::chrono::seconds(30)), where()};
+}
 
 int throws_node_died() { throw manta::node_died_error("a node it needed is gone"); }
 /// Fails with a nested task's node_died_error: its own node is fine.
@@ -291,7 +300,7 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              bytes_of, add_through, marked_nap, together, nap_with, crash, sum_refs, sum_scaled, slow_doubles,
              failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
              handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died, slow_nested,
-             fan, echo_handles, kill_it, start_named, nap_marked_where);
+             fan, echo_handles, kill_it, start_named, nap_marked_where, absorb_through, add_where);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
@@ -858,15 +867,11 @@ void refs_inside() {
     check(std::string(e.what()).find("no doubles today") != std::string::npos,
           std::string("a task whose ref's producer failed fails, saying why: ") + e.what());
   }
-  // Actor handles cannot travel: a clear error, and the runtime goes on.
+  // Handles of an actor here travel inside a list.
   auto c = manta::actor<Counter>().remote(0);
-  try {
-    manta::get(manta::task(count_handles).resources(on_special).remote(std::vector{c}), std::chrono::seconds(30));
-    check(false, "a task on a node given an actor handle fails");
-  } catch (const manta::usage_error& e) {
-    check(std::string(e.what()).find("actor handle") != std::string::npos,
-          std::string("an actor handle for a node is refused, saying why: ") + e.what());
-  }
+  check(manta::get(manta::task(count_handles).resources(on_special).remote(std::vector{c, c}),
+                   std::chrono::seconds(30)) == 2,
+        "a task on a node takes a list of handles of an actor on the driver's node");
   check(manta::get(c.task(&Counter::add).remote(2)) == 2, "the actor still works");
   refs.clear();
   stored = {};
@@ -1007,13 +1012,8 @@ void from_nodes() {
     check(true, std::string("a call through a dead actor's handle on a node fails: ") + e.what());
   }
   auto here = manta::actor<Counter>().remote(0);  // on the driver's node
-  try {
-    manta::get(manta::task(add_through).resources(on_special).remote(here, 1), std::chrono::seconds(60));
-    check(false, "a handle of an actor on the driver's own node does not travel");
-  } catch (const manta::usage_error& e) {
-    check(std::string(e.what()).find("actor handle") != std::string::npos,
-          std::string("a handle of an actor on the driver's own node does not travel, saying why: ") + e.what());
-  }
+  check(manta::get(manta::task(add_through).resources(on_special).remote(here, 1), std::chrono::seconds(60)) == 1,
+        "a worker on a node calls an actor on the driver's own node");
   // A named actor a task on a node starts is known by its name everywhere.
   check(manta::get(manta::task(start_named).resources(on_special).remote(std::string("from-node")),
                    std::chrono::seconds(60)) == 51,
@@ -1257,6 +1257,61 @@ void work_waits_for_node() {
             std::to_string(manta::detail::object_count()) + " objects, " + std::to_string(before) + " before)");
 }
 
+/// An actor on the driver's own node, its handle passed to tasks and an
+/// actor on the nodes: they call it (through the head, to this driver), kill
+/// it, and lose it when its handles here are gone.
+void driver_actor_from_nodes() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  auto tally = manta::actor<Counter>().remote(0);  // it fits here: it lives here
+  check(manta::get(tally.task(&Counter::host).remote()) == ::getpid(), "the actor lives on the driver's node");
+  std::vector<manta::object_ref<std::vector<int>>> calls;
+  for (int i = 0; i < 8; ++i) calls.push_back(manta::task(add_where).resources(on_special).remote(tally, 1));
+  std::set<int> seen, nodes;
+  for (const auto& r : manta::get(calls, std::chrono::seconds(60))) {
+    seen.insert(r[0]);
+    nodes.insert(r[1]);
+  }
+  check(seen == std::set<int>{1, 2, 3, 4, 5, 6, 7, 8} && nodes.size() == 2 && !nodes.count(::getpid()),
+        "8 tasks on both nodes called it once each (" + std::to_string(seen.size()) + " values, " +
+            std::to_string(nodes.size()) + " nodes)");
+  check(manta::get(tally.task(&Counter::add).remote(0)) == 8, "the driver sees their calls");
+  check(manta::get(manta::task(absorb_through).resources(on_special).remote(tally, 500'000),
+                   std::chrono::seconds(60)) == 500'008,
+        "a 4 MB object stored on a node goes to it by value");
+  {
+    auto relay = manta::actor<Relay>().resources(on_special).remote(tally);
+    check(manta::get(relay.task(&Relay::add).remote(2), std::chrono::seconds(30)) == 500'010,
+          "an actor on a node built with its handle calls it");
+  }
+  check(manta::get(manta::task(kill_it).resources(on_special).remote(tally), std::chrono::seconds(30)) == 1,
+        "a task on a node kills it");
+  std::string why;  // (the kill reaches this driver through the head, soon after)
+  const bool died = wait_for(
+      [&] {
+        try {
+          manta::get(tally.task(&Counter::add).remote(0), std::chrono::seconds(10));
+          return false;
+        } catch (const manta::actor_died_error& e) {
+          why = e.what();
+          return true;
+        }
+      },
+      std::chrono::seconds(20));
+  check(died && why.find("elsewhere in the cluster") != std::string::npos,
+        "its calls fail once a task on a node killed it: " + why);
+  try {
+    manta::get(manta::task(add_where).resources(on_special).remote(tally, 1), std::chrono::seconds(30));
+    check(false, "a call from a node of the killed actor fails");
+  } catch (const manta::error& e) {
+    const std::string what = e.what();
+    check(what.find("killed") != std::string::npos || what.find("ended") != std::string::npos,
+          "a call from a node of the killed actor fails: " + what);
+  }
+  auto second = manta::actor<Counter>().remote(5);
+  check(manta::get(manta::task(add_where).resources(on_special).remote(second, 1), std::chrono::seconds(30))[0] == 6,
+        "a second actor here is called from a node, and the nodes work on");
+}
+
 /// The pid of `parent`'s child named `comm` (0 if none).
 int child_named(int parent, const std::string& comm) {
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
@@ -1463,6 +1518,7 @@ int main(int argc, char** argv) {
   else if (scenario == "actor_backlog") actor_backlog();
   else if (scenario == "actor_restart_lost") actor_restart_lost();
   else if (scenario == "work_waits_for_node") work_waits_for_node();
+  else if (scenario == "driver_actor_from_nodes") driver_actor_from_nodes();
   else if (scenario == "actor_lost_long") actor_lost_long();
   else if (scenario == "spilled_fetch") spilled_fetch();
   else if (scenario == "named_owner") named_owner();

@@ -223,6 +223,10 @@ TEST_F(cluster, calls_of_an_actor_with_max_task_retries_run_again_after_its_node
   EXPECT_EQ(with_two_nodes("actor_call_retried"), std::make_pair(0, 128 + SIGKILL));
 }
 
+TEST_F(cluster, an_actor_on_the_drivers_node_is_called_and_killed_from_tasks_and_actors_on_nodes) {
+  EXPECT_EQ(with_two_nodes("driver_actor_from_nodes"), std::make_pair(0, 0));
+}
+
 /// A head whose actors wait 4 s for a node to start again on.
 class cluster_node_wait : public cluster {
  protected:

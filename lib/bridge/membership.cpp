@@ -113,6 +113,7 @@ struct head::connection {
   struct in_stream {
     std::uint64_t id = 0;
     std::uint64_t left = 0;
+    bool outcome = false;  ///< a task's outcome (from a node, or a driver hosting an actor), not a task
   };
   std::map<std::uint64_t, in_stream> in_streams;
 
@@ -446,11 +447,13 @@ void head::serve(std::shared_ptr<connection> c) {
         if (c->done) return;  // the watcher declared it lost
         c->last_heard = io_clock::now();
         if (f.type == frame_type::run_task && driver) route_task(c, std::move(f.body), out);
-        else if (f.type == frame_type::task_result && !driver) route_outcome(*c, std::move(f.body), out);
+        // (A driver answers calls of the actors of its own node that it offered.)
+        else if (f.type == frame_type::task_result) route_outcome(*c, std::move(f.body), out);
         else if (f.type == frame_type::part) route_part(c, std::move(f.body), out);
         else if (f.type == frame_type::actor_end && driver) end_actor(*c, f.body, out);
         else if (f.type == frame_type::cancel_task && driver) cancel_routed(*c, f.body, out);
         else if (f.type == frame_type::find_actor && driver) find_named(c, f.body, out);
+        else if (f.type == frame_type::host_actor && driver) host_actor(c, f.body);
         else if ((f.type == frame_type::fetch_object && !driver) ||
                  ((f.type == frame_type::object_lost || f.type == frame_type::object_freed) && driver))
           route_object_note(*c, f.type, f.body, out);
@@ -720,7 +723,7 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
         if (!kept.actor.empty() && !kept.method && !h.last)
           if (auto a = actors_.find(kept.actor); a != actors_.end()) a->second.complete = false;
       }
-    } else if (h.type == frame_type::task_result && !from->driver) {
+    } else if (h.type == frame_type::task_result) {
       const task_outcome o = decode_outcome_head(bytes, h.total);  // checked here: a driver gets no malformed one
       auto it = routed_.find(o.id);
       if (it != routed_.end() && it->second.node == from->node_id) {  // else nobody waits for it here
@@ -739,7 +742,7 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
     } else {
       throw wire_error("manta bridge: a long frame of a kind that is never long");
     }
-    if (!h.last) from->in_streams[h.stream] = {id, h.total - bytes.size()};
+    if (!h.last) from->in_streams[h.stream] = {id, h.total - bytes.size(), h.type == frame_type::task_result};
     return;
   }
   auto stream = from->in_streams.find(h.stream);
@@ -748,6 +751,7 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
     throw wire_error("manta bridge: a part of a stream that never began");
   }
   const std::uint64_t id = stream->second.id;
+  const bool outcome = stream->second.outcome;
   if (h.abort) {
     from->in_streams.erase(stream);
   } else {
@@ -761,7 +765,7 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
   routed_task& r = it->second;
   put_u64(body, stream_at, id);
   auto part = std::make_shared<const std::string>(std::move(body));
-  if (from->driver) {
+  if (from->driver && !outcome) {
     if (h.abort) {  // the driver gave it up: so does its node
       if (auto node = r.node_connection.lock()) out.push_back({node, frame_type::part, part});
       if (!r.actor.empty() && !r.method)
@@ -840,6 +844,23 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       }
       it = next;
     }
+    // Calls of the actors on its own node that it offered: nobody answers them now.
+    for (auto it = routed_.begin(); it != routed_.end();) {
+      auto next = std::next(it);
+      if (it->second.node == c.node_id) {
+        if (auto d = it->second.driver.lock(); d && !d->done) {
+          if (it->second.outcome_streaming) out.push_back({d, frame_type::part, abort_part(it->first)});
+          out.push_back({d, frame_type::task_result,
+                         std::make_shared<const std::string>(encode_outcome(failed(
+                             it->second.driver_id, kind_actor_died, "manta::actor_died_error",
+                             "manta: actor call '" + it->second.name + "' was lost: its actor lived on the node of " +
+                                 c.node_id + ", which left the cluster (" + why + ")",
+                             it->second.name, c.node_id)))});
+        }
+        drop_route(it);
+      }
+      it = next;
+    }
     // Its actors end with it, as a driver's do on one node; so do those its
     // program's tasks started on nodes (owned by a node's driver connection,
     // which hears, as of a kill).
@@ -851,7 +872,8 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
         continue;
       }
       auto end = std::make_shared<const std::string>(encode_actor_end({it->first, true}));
-      if (auto node = it->second.node_connection.lock(); node && !node->done && it->second.gone.empty())
+      if (auto node = it->second.node_connection.lock();
+          node && !node->done && it->second.gone.empty() && !it->second.on_driver)
         out.push_back({node, frame_type::actor_end, end});
       if (d && d.get() != &c && !d->done) out.push_back({d, frame_type::actor_end, end});
       fail_held(it->second, "ended with the driver " + c.node_id, out);
@@ -1280,7 +1302,8 @@ void head::end_actor(const connection& driver, std::string_view body, std::vecto
   auto owner = it->second.driver.lock();
   const bool own = owner.get() == &driver;
   if (!own && !e.kill) return;  // (only its own driver ends it; any holder of a handle may kill it)
-  if (auto node = it->second.node_connection.lock(); node && !node->done && it->second.gone.empty())
+  if (auto node = it->second.node_connection.lock();
+      node && !node->done && it->second.gone.empty() && !it->second.on_driver)  // (its driver hears below, or ended it)
     out.push_back({node, frame_type::actor_end, std::make_shared<const std::string>(body)});
   if (!own && owner && !owner->done)
     out.push_back({owner, frame_type::actor_end, std::make_shared<const std::string>(body)});
@@ -1344,6 +1367,21 @@ void head::route_object_note(const connection& from, frame_type type, std::strin
   for (const auto& node : it->second)
     if (auto n = connection_of(node, false)) out.push_back({n, type, freed});
   directory_.erase(it);
+}
+
+void head::host_actor(const std::shared_ptr<connection>& driver, std::string_view body) {
+  const actor_lookup l = decode_actor_lookup(body);  // malformed: the driver's connection ends
+  if (l.key.rfind(driver->node_id + "/", 0) != 0 || l.key.size() == driver->node_id.size() + 1)
+    throw wire_error("manta bridge: " + driver->node_id + " offered an actor key that is not its own: " + l.key);
+  if (actors_.count(l.key)) return;  // (offered before)
+  placed_actor& a = actors_[l.key];
+  a.driver = driver;
+  a.node = driver->node_id;
+  a.node_connection = driver;
+  a.on_driver = true;
+  a.class_tag = l.class_tag;
+  a.origin = driver->node_id;
+  a.ctor.name = l.name;  // (what messages call it)
 }
 
 void head::find_named(const std::shared_ptr<connection>& driver, std::string_view body, std::vector<outgoing>& out) {
@@ -1420,7 +1458,7 @@ void head::host(const placed_actor& a) {
 }
 
 void head::unhost(placed_actor& a) {
-  if (!a.gone.empty()) return;
+  if (!a.gone.empty() || a.on_driver) return;
   if (auto it = hosted_.find(a.node); it != hosted_.end()) --it->second;
   if (auto it = held_.find(a.node); it != held_.end()) {
     it->second["CPU"] -= a.ctor.num_cpus;

@@ -158,6 +158,9 @@ class head {
     std::string name;        ///< its name in the cluster, or empty
     std::uint64_t class_tag = 0;
     bool complete = true;    ///< its constructor went whole to its node (false while its parts go)
+    /// It lives on its driver's own node (host_actor): calls go to that
+    /// driver's connection; never placed, counted on a node or started again.
+    bool on_driver = false;
     std::string gone;        ///< why it is gone (its later calls fail with it), or empty
     /// Lost with its node while no alive node had what it asks: it starts
     /// again once one joins (place_restarting), or is gone at `restart_by`.
@@ -212,6 +215,8 @@ class head {
   /// A node asks for an object (fetch_object), a driver cannot send one
   /// (object_lost) or freed one (object_freed): passed on (under mu_).
   void route_object_note(const connection& from, frame_type type, std::string_view body, std::vector<outgoing>& out);
+  /// A driver offers an actor of its own node to the cluster (host_actor), under mu_.
+  void host_actor(const std::shared_ptr<connection>& driver, std::string_view body);
   /// A driver asks for a named actor (find_actor): answered (under mu_).
   void find_named(const std::shared_ptr<connection>& driver, std::string_view body, std::vector<outgoing>& out);
   /// Answers the lookups waiting for actor `key`, from its state now (under mu_).

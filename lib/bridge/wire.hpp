@@ -52,6 +52,9 @@ enum class frame_type : std::uint16_t {
   object_freed = 20,    ///< driver -> head -> nodes holding it: drop your copy (object_note)
   find_actor = 21,      ///< driver -> head: the actor of this name (actor_lookup)
   actor_found = 22,     ///< head -> driver: its key and class, or why not (actor_lookup)
+  /// driver -> head: an actor on the driver's own node that other members may
+  /// now call, its handle having gone to one (actor_lookup: its key, class, label)
+  host_actor = 23,
 };
 
 /// A malformed or oversized frame: the connection it came on is closed.

@@ -249,6 +249,8 @@ void scheduler::actor_dead(actor_record& a, const ipc::error_info& why) {
                           waiting_actors_.end());
     if (a.remote_started && (!a.borrowed || a.killed))
       host_.end_remote_actor(a.remote_key, a.killed);  // its node ends it too
+    else if (!a.remote && !a.remote_key.empty())
+      host_.end_remote_actor(a.remote_key, false);  // offered to the cluster: later calls from there fail there
     if (!a.name.empty()) {
       auto it = actor_names_.find(a.name);
       if (it != actor_names_.end() && it->second->actor == &a) {
@@ -319,8 +321,20 @@ object_entry* scheduler::adopt_remote_actor(const std::string& key, std::uint64_
   return e;
 }
 
+object_entry* scheduler::offered_actor(const std::string& key) {
+  for (auto& a : actors_)
+    if (!a->remote && a->remote_key == key && a->entry) return dir_.acquire(a->entry->id);  // (null if going)
+  return nullptr;
+}
+
 void scheduler::remote_actor_killed(const std::string& key) {
   for (auto& a : actors_) {
+    if (!a->remote && a->remote_key == key && a->st != actor_record::state::dead) {  // one this node offered
+      a->killed = true;
+      actor_dead(*a, actor_error(*a, "was killed (manta::kill) elsewhere in the cluster: by a task on another node "
+                                     "holding its handle"));
+      continue;
+    }
     if (!a->remote || a->borrowed || a->remote_key != key || a->st == actor_record::state::dead) continue;
     a->remote_started = false;  // (nothing to tell the head: it forgot it)
     a->killed = true;

@@ -122,6 +122,12 @@ void cluster_driver::leave() {
   if (link_) link_->stop_sending();  // a long task going out stops at its next part (the head drops it)
   if (sender_.joinable()) sender_.join();
   if (applier_.joinable()) applier_.join();
+  std::thread hosting;
+  {
+    std::lock_guard lock(mu_);  // (the link's thread starts it under mu_)
+    hosting.swap(host_);
+  }
+  if (hosting.joinable()) hosting.join();
   link_.reset();  // the head sees the connection close and drops this driver's tasks
 }
 
@@ -209,6 +215,10 @@ bool cluster_driver::find_actor_later(actor_asker asker) {
   }
   send_control(bridge::frame_type::find_actor, bridge::encode_actor_lookup({request, name, {}, 0, {}}));
   return true;
+}
+
+void cluster_driver::offer_actor(const std::string& key, std::uint64_t class_tag, const std::string& label) {
+  send_control(bridge::frame_type::host_actor, bridge::encode_actor_lookup({0, label, key, class_tag, {}}));
 }
 
 void cluster_driver::object_freed(const std::string& key) {
@@ -342,7 +352,16 @@ void cluster_driver::to_applier(inbound&& in) {
 }
 
 void cluster_driver::on_frame(bridge::frame&& f) {
-  if (f.type == bridge::frame_type::task_result) {
+  if (f.type == bridge::frame_type::run_task) {  // a call of an actor this node offered
+    bridge::remote_task t = bridge::decode_task(std::move(f.body));  // malformed: throws, and the link ends
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) return;
+      host_inbox_.push_back(std::move(t));
+      if (!host_.joinable()) host_ = std::thread([this] { host_loop(); });
+    }
+    cv_.notify_all();
+  } else if (f.type == bridge::frame_type::task_result) {
     inbound in;
     in.outcome = bridge::decode_outcome(std::move(f.body));  // malformed: throws, and the link ends
     to_applier(std::move(in));
@@ -698,6 +717,111 @@ void done_with(node_runtime& rt, job& j) {
 }
 
 }  // namespace
+
+bool on_driver_key(std::string_view key) {
+  const auto slash = key.rfind('/');
+  return slash != std::string_view::npos && key.size() > slash + 2 && key[slash + 1] == 'd' &&
+         key.find_first_not_of("0123456789", slash + 2) == std::string_view::npos;
+}
+
+void cluster_driver::host_loop() {
+  // As a node serves the head's tasks (serve_as_node), for calls alone: each
+  // goes to its actor here as this driver's own calls do; its outcome goes back
+  // once its results are sealed.
+  std::vector<job> running;
+  std::vector<detail::ref_node*> watch;
+  std::vector<bool> ready;
+  const object_table none;  // (nothing here is a copy of another member's object)
+  auto answer = [&](bridge::task_outcome o) {
+    o.node = id();
+    try {
+      const std::string head = bridge::encode_outcome_head(o);
+      std::vector<std::string_view> pieces{head};
+      for (const auto& v : o.values) pieces.push_back(v.data());
+      link_->send(bridge::frame_type::task_result, pieces);  // (a long one in parts)
+      return;
+    } catch (const bridge::wire_error& e) {
+      o = failed_outcome(o.id, usage(std::string("manta: the outcome of a call could not be sent back: ") + e.what(),
+                                     o.error.function));
+    } catch (const std::exception&) {  // the link broke: its end fails what is left
+      return;
+    }
+    try {
+      link_->send(bridge::frame_type::task_result, bridge::encode_outcome(o));
+    } catch (const std::exception&) {
+    }
+  };
+  auto start_call = [&](const bridge::remote_task& t) {
+    if (t.mode != static_cast<std::uint8_t>(detail::call_mode::method) || !on_driver_key(t.actor) ||
+        t.actor.rfind(id() + "/", 0) != 0)
+      throw usage_error("manta: " + id() + " was sent '" + t.name + "', which is not a call of an actor it offered");
+    object_table objects;  // this driver's own objects the call names by key
+    struct cleared {
+      object_table& o;
+      ~cleared() { o.clear(); }
+    } on_exit{objects};
+    for (const auto& key : t.objects) {
+      const std::optional<object_id> oid =
+          key.rfind(id() + "/", 0) == 0 ? id_in_object_key(key) : std::optional<object_id>();
+      if (!oid)
+        throw usage_error("manta: actor call '" + t.name + "' names object " + key +
+                          " of another member of the cluster; a call of an actor on a driver's node takes only "
+                          "that driver's own objects by ref (pass the value instead)");
+      objects.keep(key, rt_.ref_from_id(*oid));
+    }
+    detail::ref_node* actor = rt_.hosted_actor(t.actor);  // counted
+    if (!actor)
+      throw actor_died_error("manta: actor call '" + t.name + "' cannot run: its actor on " + id() + " has ended");
+    actor_table actors{{t.actor, actor}};
+    struct released {
+      detail::ref_node* n;
+      ~released() { detail::release(n); }
+    } on_return{actor};
+    running.push_back(start(rt_, t, actors, objects));
+  };
+  bool runtime_gone = false;
+  for (;;) {
+    std::deque<bridge::remote_task> arrived;
+    {
+      std::unique_lock lock(mu_);
+      if (running.empty() || runtime_gone)
+        cv_.wait(lock, [&] { return stopping_ || !lost_.empty() || (!runtime_gone && !host_inbox_.empty()); });
+      if (stopping_ || !lost_.empty()) break;
+      arrived.swap(host_inbox_);
+    }
+    process::context_use use;
+    for (const auto& t : arrived) {
+      try {
+        start_call(t);
+      } catch (const std::exception&) {
+        answer(failed_outcome(t.id, ipc::error_from_exception(std::current_exception(), t.name, ::getpid())));
+      }
+    }
+    try {
+      if (!running.empty() && std::all_of(running.begin(), running.end(), [&](const job& j) { return awaited(rt_, j, none); })) {
+        watch.clear();
+        for (std::size_t i = 0; i < running.size() && watch.size() < 32; ++i) watch.push_back(awaited(rt_, running[i], none));
+        rt_.wait(watch, 1, detail::clock::now() + std::chrono::milliseconds(2), ready);
+      }
+      for (auto& j : running) {
+        if (awaited(rt_, j, none)) continue;
+        answer(finish(rt_, j, none));  // sent from the arena
+        done_with(rt_, j);
+      }
+    } catch (const std::exception&) {
+      // The runtime is stopping (its waits end with usage_error): nothing more
+      // runs here; the head fails these calls when this driver leaves.
+      runtime_gone = true;
+    }
+    std::erase_if(running, [](const job& j) { return j.returns.empty() || !j.returns[0]; });
+  }
+  process::context_use use;
+  for (auto& j : running) {
+    for (auto* n : j.returns) detail::release(n);
+    for (auto* n : j.handles) detail::release(n);
+    for (auto* n : j.pinned) rt_.unpin(n);
+  }
+}
 
 std::string serve_as_node(node_runtime& rt, const std::string& address, const std::string& token) {
   std::mutex mu;  // inbox, ended, done

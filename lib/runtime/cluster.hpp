@@ -90,6 +90,10 @@ class cluster_driver {
   void object_freed(const std::string& key);
   /// Queues a control frame behind the tasks queued before it; never blocks.
   void send_control(bridge::frame_type type, std::string body);
+  /// Offers an actor of this node to the cluster under `key` (on_driver_key),
+  /// ahead of the task whose arguments carry its handle; its calls from other
+  /// nodes come back through the head and run here (host_loop).
+  void offer_actor(const std::string& key, std::uint64_t class_tag, const std::string& label);
   /// This driver's id in the cluster ("driver-N"): its actors' keys start with it.
   const std::string& id() const noexcept { return link_->node_id(); }
   /// The nodes of the cluster, as the head last described them.
@@ -104,6 +108,11 @@ class cluster_driver {
   /// Hands outcomes to the runtime, off the link's thread (which must keep
   /// reading: sealing a large result may spill the arena).
   void apply_loop();
+  /// Runs the calls other nodes make on the actors this node offered, and
+  /// answers them (started with the first call).
+  void host_loop();
+  std::deque<bridge::remote_task> host_inbox_;  // under mu_
+  std::thread host_;
 
   node_runtime& rt_;
   mutable std::mutex mu_;  // table_, version_, lost_, queue_, stopping_
@@ -203,6 +212,11 @@ void finalize_programs_mpi() noexcept;
 /// stops (returns "") or the head is lost (returns why).
 /// @throws bridge::join_error if it cannot join
 std::string serve_as_node(node_runtime& rt, const std::string& address, const std::string& token);
+
+/// Whether an actor's key in the cluster names one that lives on its driver's
+/// own node, offered to the cluster ("<driver id>/d<N>"), rather than one the
+/// head placed on a node ("<driver id>/<N>").
+bool on_driver_key(std::string_view key);
 
 /// An object id as 32 hex digits, and back (nullopt if malformed).
 std::string id_text(const object_id& id);

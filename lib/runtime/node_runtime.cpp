@@ -422,6 +422,12 @@ void node_runtime::remote_actor_killed(const std::string& key) {
   sched_->flush_dirty();
 }
 
+detail::ref_node* node_runtime::hosted_actor(const std::string& key) {
+  call_guard guard(*this);
+  scheduler_lock lock(*this);
+  return sched_->offered_actor(key);
+}
+
 void node_runtime::send_object(const bridge::object_note& ask) {
   process::context_use use;  // as in remote_finished
   scheduler_lock lock(*this);
@@ -490,9 +496,12 @@ void node_runtime::send_object_now(const bridge::object_note& ask, object_entry*
 
 namespace {
 /// Whether actor handle `e` may go to another node: its actor lives on a node
-/// of the cluster, started there already (its calls from anywhere go through
-/// the head; a dead one's fail there with actor_died_error, as here).
-bool travels(const object_entry& e) { return e.actor && e.actor->remote && !e.actor->remote_key.empty(); }
+/// of the cluster, started there already, or on this node (offered to the
+/// cluster on the way: its calls from anywhere go through the head; a dead
+/// one's fail with actor_died_error, as here).
+bool travels(const object_entry& e) {
+  return e.actor && (!e.actor->remote || !e.actor->remote_key.empty());
+}
 
 /// The entries refs inside `t`'s arguments name, and refs inside those, once each.
 std::vector<object_entry*> contained_in(const task_spec& t) {
@@ -524,14 +533,19 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   std::vector<object_entry*> refs_inside = contained_in(t);
   for (const object_entry* e : refs_inside) {
     if (!e->actor || travels(*e)) continue;
-    const actor_record& a = *e->actor;
     return refuse(ipc::error_kind::usage, "manta::usage_error",
                   "manta: task '" + t.name() + "' needs another node, and its arguments hold an actor handle (" +
-                      a.label + ") " +
-                      (!a.remote ? "of an actor on this node: only handles of actors that live on the cluster's "
-                                   "nodes travel"
-                                 : "of an actor whose constructor has not gone to the cluster yet (wait for one "
-                                   "of its calls first)"));
+                      e->actor->label +
+                      ") of an actor whose constructor has not gone to the cluster yet (wait for one of its calls "
+                      "first)");
+  }
+  // Actors of this node whose handles go: offered to the cluster first (the
+  // head learns of them before this task), under keys of their own.
+  for (object_entry* e : refs_inside) {
+    actor_record* a = e->actor;
+    if (!a || a->remote || !a->remote_key.empty()) continue;
+    a->remote_key = cluster_->id() + "/d" + std::to_string(++remote_actors_);
+    cluster_->offer_actor(a->remote_key, a->class_tag, a->label);
   }
   bridge::remote_task out;
   out.id = t.key;
@@ -563,10 +577,14 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
     out.actor_name = t.options.name;  // get_actor finds it from any driver
     out.class_tag = t.fn->class_tag;
   }
+  // A call of an actor on a driver's own node takes its arguments as values:
+  // that driver fetches nothing from other members.
+  const bool to_driver = t.actor && on_driver_key(t.actor->remote_key);
+  auto by_ref = [&](const object_entry& e) { return by_reference(e, t.mode) && !to_driver; };
   const std::uint64_t limit = bridge::max_long_body - (1u << 20);
   std::uint64_t total = t.args.size();
   for (auto* e : t.deps) {
-    if (!by_reference(*e, t.mode)) total += e->size;  // (one by reference travels on its own)
+    if (!by_ref(*e)) total += e->size;  // (one by reference travels on its own)
     if (e->size > std::numeric_limits<std::uint32_t>::max())
       return refuse(ipc::error_kind::usage, "manta::usage_error",
                     "manta: task '" + t.name() + "' has an argument of " + std::to_string(e->size) +
@@ -589,7 +607,7 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
         return;
       }
       object_entry* e = t.deps[a.size_or_index];
-      if (by_reference(*e, t.mode)) {
+      if (by_ref(*e)) {
         // By its key: the node fetches it once (on_nodes: it hears when it is freed).
         e->on_nodes = true;
         process::append_arg_header(out.args, process::arg_kind::ref, a.tag, static_cast<std::uint32_t>(out.objects.size()));

@@ -129,6 +129,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
                                  const std::string& label);
   /// Another driver killed this driver's actor `key` (from the applier thread).
   void remote_actor_killed(const std::string& key);
+  /// The handle (one count) of this node's actor offered to the cluster as
+  /// `key`, for a call from another node; nullptr once it is gone.
+  detail::ref_node* hosted_actor(const std::string& key);
   /// The head's answer to a worker's lookup (from the applier thread).
   void actor_found_for(const cluster_driver::actor_asker& asker, const bridge::actor_lookup& found);
   std::vector<manta::node_info> cluster_nodes() override;

@@ -182,6 +182,9 @@ class scheduler {
                                    const object_id& id);
   /// Another driver killed this driver's actor `key` (found by its name): it is dead here too.
   void remote_actor_killed(const std::string& key);
+  /// The handle's entry (one more count) of the actor of this node offered to
+  /// the cluster as `key` (cluster.hpp's on_driver_key), or nullptr once it is gone.
+  object_entry* offered_actor(const std::string& key);
   /// The cluster's answer to a worker's get_actor (find_actor_later): a handle
   /// for the actor `key` of the cluster, or `error`, or neither (no such
   /// actor). A worker gone meanwhile gets nothing.
