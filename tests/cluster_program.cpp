@@ -256,6 +256,10 @@ int absorb_through(manta::actor_handle<Counter> c, int n) {
   auto big = manta::put(std::vector<double>(static_cast<std::size_t>(n), 1.0));
   return manta::get(c.task(&Counter::absorb).remote(big), std::chrono::seconds(30));
 }
+/// Hands the actor the refs it was given (they name the driver's objects).
+int count_through(manta::actor_handle<Counter> c, std::vector<manta::object_ref<int>> refs) {
+  return manta::get(c.task(&Counter::count_refs).remote(refs), std::chrono::seconds(30));
+}
 /// Calls the actor, then says which node this ran on.
 std::vector<int> add_where(manta::actor_handle<Counter> c, int x) {
   return {manta::get(c.task(&Counter::add).remote(x), std::chrono::seconds(30)), where()};
@@ -300,7 +304,7 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              bytes_of, add_through, marked_nap, together, nap_with, crash, sum_refs, sum_scaled, slow_doubles,
              failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
              handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died, slow_nested,
-             fan, echo_handles, kill_it, start_named, nap_marked_where, absorb_through, add_where);
+             fan, echo_handles, kill_it, start_named, nap_marked_where, absorb_through, add_where, count_through);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
@@ -819,10 +823,16 @@ void named_owner() {
   check(manta::get(victim.task(&Counter::add).remote(1)) == 1, "a second named actor counts");
   // Its 40 MB constructor goes in parts: the other driver's lookup waits until it went whole.
   auto big = manta::actor<Holder>().resources(half).name("big").remote(std::vector<double>(5'000'000, 1.0));
+  // A named actor on this driver's own node is named in the cluster too.
+  auto home = manta::actor<Counter>().name("home").remote(0);
+  check(manta::get(home.task(&Counter::host).remote()) == ::getpid(), "a named actor lives on the driver's node");
+  check(manta::get(manta::task(add_by_name).resources(half).remote(std::string("home"), 1), std::chrono::seconds(30)) == 1,
+        "a task on a node finds it by its name and calls it");
   mark("owner-ready");
   check(marked("user-done", std::chrono::seconds(60)), "the other driver used them");
   check(manta::get(shared.task(&Counter::add).remote(0)) == 11,
         "the owner sees the other driver's calls, and the actor outlived its handles there");
+  check(manta::get(home.task(&Counter::add).remote(0)) == 11, "the other driver called the named actor on this node");
   try {
     manta::get(victim.task(&Counter::add).remote(1), std::chrono::seconds(30));
     check(false, "a call on an actor another driver killed fails");
@@ -1075,6 +1085,30 @@ void named_user() {
           std::string("a second actor of the same name is refused: ") + e.what());
   }
   {
+    auto home = manta::get_actor<Counter>("home");
+    check(manta::get(home.task(&Counter::add).remote(5), std::chrono::seconds(30)) == 6 &&
+              manta::get(home.task(&Counter::add).remote(5), std::chrono::seconds(30)) == 11,
+          "get_actor finds a named actor on another driver's own node, and its calls run there");
+  }
+  {
+    // A name taken in the cluster: an actor of this node named so is refused there, and ends.
+    auto local_twin = manta::actor<Counter>().name("shared").remote(0);
+    std::string why;
+    const bool refused = wait_for(
+        [&] {
+          try {
+            manta::get(local_twin.task(&Counter::add).remote(1), std::chrono::seconds(10));
+            return false;
+          } catch (const manta::actor_died_error& e) {
+            why = e.what();
+            return true;
+          }
+        },
+        std::chrono::seconds(20));
+    check(refused && why.find("taken in the cluster") != std::string::npos,
+          "an actor on this node named like one on a node is refused by the cluster: " + why);
+  }
+  {
     auto big = manta::get_actor<Holder>("big");
     check(manta::get(big.task(&Holder::size).remote(), std::chrono::seconds(60)) == 5'000'000,
           "an actor found while its 40 MB constructor was on its way answers");
@@ -1278,6 +1312,9 @@ void driver_actor_from_nodes() {
   check(manta::get(manta::task(absorb_through).resources(on_special).remote(tally, 500'000),
                    std::chrono::seconds(60)) == 500'008,
         "a 4 MB object stored on a node goes to it by value");
+  std::vector<manta::object_ref<int>> ints{manta::put(20), manta::put(22)};
+  check(manta::get(manta::task(count_through).resources(on_special).remote(tally, ints), std::chrono::seconds(30)) == 42,
+        "refs to the driver's objects go from a node to the actor on the driver's node");
   {
     auto relay = manta::actor<Relay>().resources(on_special).remote(tally);
     check(manta::get(relay.task(&Relay::add).remote(2), std::chrono::seconds(30)) == 500'010,

@@ -453,7 +453,7 @@ void head::serve(std::shared_ptr<connection> c) {
         else if (f.type == frame_type::actor_end && driver) end_actor(*c, f.body, out);
         else if (f.type == frame_type::cancel_task && driver) cancel_routed(*c, f.body, out);
         else if (f.type == frame_type::find_actor && driver) find_named(c, f.body, out);
-        else if (f.type == frame_type::host_actor && driver) host_actor(c, f.body);
+        else if (f.type == frame_type::host_actor && driver) host_actor(c, f.body, out);
         else if ((f.type == frame_type::fetch_object && !driver) ||
                  ((f.type == frame_type::object_lost || f.type == frame_type::object_freed) && driver))
           route_object_note(*c, f.type, f.body, out);
@@ -860,6 +860,11 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
         drop_route(it);
       }
       it = next;
+    }
+    running_.erase(c.node_id);
+    for (auto it = directory_.begin(); it != directory_.end();) {  // (calls' objects it was sent by value)
+      it->second.erase(c.node_id);
+      it = it->second.empty() ? directory_.erase(it) : std::next(it);
     }
     // Its actors end with it, as a driver's do on one node; so do those its
     // program's tasks started on nodes (owned by a node's driver connection,
@@ -1369,19 +1374,29 @@ void head::route_object_note(const connection& from, frame_type type, std::strin
   directory_.erase(it);
 }
 
-void head::host_actor(const std::shared_ptr<connection>& driver, std::string_view body) {
+void head::host_actor(const std::shared_ptr<connection>& driver, std::string_view body, std::vector<outgoing>& out) {
   const actor_lookup l = decode_actor_lookup(body);  // malformed: the driver's connection ends
-  if (l.key.rfind(driver->node_id + "/", 0) != 0 || l.key.size() == driver->node_id.size() + 1)
-    throw wire_error("manta bridge: " + driver->node_id + " offered an actor key that is not its own: " + l.key);
+  const std::string_view number = std::string_view(l.key).substr(std::min(l.key.size(), driver->node_id.size() + 2));
+  if (l.key.rfind(driver->node_id + "/d", 0) != 0 || number.empty() ||
+      number.find_first_not_of("0123456789") != std::string_view::npos)
+    throw wire_error("manta bridge: " + driver->node_id + " offered an actor key that is not one of its own: " + l.key);
   if (actors_.count(l.key)) return;  // (offered before)
+  if (auto named = actor_names_.find(l.name); !l.name.empty() && named != actor_names_.end()) {
+    out.push_back({driver, frame_type::actor_end,
+                   std::make_shared<const std::string>(encode_actor_end(
+                       {l.key, true, "the name '" + l.name + "' is taken in the cluster (by " + named->second + ")"}))});
+    return;
+  }
+  if (!l.name.empty()) actor_names_[l.name] = l.key;
   placed_actor& a = actors_[l.key];
+  a.name = l.name;
   a.driver = driver;
   a.node = driver->node_id;
   a.node_connection = driver;
   a.on_driver = true;
   a.class_tag = l.class_tag;
   a.origin = driver->node_id;
-  a.ctor.name = l.name;  // (what messages call it)
+  a.ctor.name = l.name.empty() ? l.key : l.name;  // (what messages call it)
 }
 
 void head::find_named(const std::shared_ptr<connection>& driver, std::string_view body, std::vector<outgoing>& out) {

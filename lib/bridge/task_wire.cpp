@@ -284,7 +284,9 @@ void set_id(std::string& body, std::uint64_t id) {
 }
 
 std::string encode_actor_end(const actor_end& e) {
-  return json{{"actor", e.actor}, {"kill", e.kill}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  json j{{"actor", e.actor}, {"kill", e.kill}};
+  if (!e.why.empty()) j["why"] = e.why;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string encode_actor_lookup(const actor_lookup& l) {
@@ -319,7 +321,7 @@ object_note decode_object_note(std::string_view body) {
 actor_end decode_actor_end(std::string_view body) {
   try {
     const json j = json::parse(body);
-    return {j.at("actor").get<std::string>(), j.at("kill").get<bool>()};
+    return {j.at("actor").get<std::string>(), j.at("kill").get<bool>(), j.value("why", std::string())};
   } catch (const json::exception& e) {
     throw wire_error(std::string("manta bridge: a malformed actor_end: ") + e.what());
   }

@@ -157,6 +157,7 @@ task_outcome decode_outcome_head(std::string_view start, std::uint64_t total);
 struct actor_end {
   std::string actor;  ///< its key (remote_task::actor)
   bool kill = false;
+  std::string why;  ///< a kill's reason when the head refuses an actor (its name is taken), or empty
 };
 std::string encode_actor_end(const actor_end& e);
 /// @throws wire_error if the body is malformed

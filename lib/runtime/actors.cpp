@@ -47,6 +47,7 @@ bool scheduler::create_actor(task_spec* ctor) {
       actor_dead(a, actor_error(a, "could not start: the name is taken"));  // (its constructor goes with it)
       return false;
     }
+    host_.offer_named(a);  // (a driver of a cluster: its name is known there too)
   }
   return true;
 }
@@ -327,12 +328,13 @@ object_entry* scheduler::offered_actor(const std::string& key) {
   return nullptr;
 }
 
-void scheduler::remote_actor_killed(const std::string& key) {
+void scheduler::remote_actor_killed(const std::string& key, const std::string& why) {
   for (auto& a : actors_) {
     if (!a->remote && a->remote_key == key && a->st != actor_record::state::dead) {  // one this node offered
       a->killed = true;
-      actor_dead(*a, actor_error(*a, "was killed (manta::kill) elsewhere in the cluster: by a task on another node "
-                                     "holding its handle"));
+      actor_dead(*a, actor_error(*a, !why.empty() ? "could not start: " + why
+                                                  : "was killed (manta::kill) elsewhere in the cluster: by a task on "
+                                                    "another node holding its handle"));
       continue;
     }
     if (!a->remote || a->borrowed || a->remote_key != key || a->st == actor_record::state::dead) continue;

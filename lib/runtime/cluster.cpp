@@ -217,8 +217,8 @@ bool cluster_driver::find_actor_later(actor_asker asker) {
   return true;
 }
 
-void cluster_driver::offer_actor(const std::string& key, std::uint64_t class_tag, const std::string& label) {
-  send_control(bridge::frame_type::host_actor, bridge::encode_actor_lookup({0, label, key, class_tag, {}}));
+void cluster_driver::offer_actor(const std::string& key, std::uint64_t class_tag, const std::string& name) {
+  send_control(bridge::frame_type::host_actor, bridge::encode_actor_lookup({0, name, key, class_tag, {}}));
 }
 
 void cluster_driver::object_freed(const std::string& key) {
@@ -336,7 +336,7 @@ void cluster_driver::apply_loop() {
     }
     if (in.found) rt_.actor_found_for(in.found->first, in.found->second);
     else if (in.fetch) rt_.send_object(*in.fetch);
-    else if (!in.killed.empty()) rt_.remote_actor_killed(in.killed);
+    else if (!in.killed.empty()) rt_.remote_actor_killed(in.killed, in.killed_why);
     else rt_.remote_finished(std::move(in.outcome));
   }
 }
@@ -361,6 +361,14 @@ void cluster_driver::on_frame(bridge::frame&& f) {
       if (!host_.joinable()) host_ = std::thread([this] { host_loop(); });
     }
     cv_.notify_all();
+  } else if (f.type == bridge::frame_type::cancel_task && f.body.size() == sizeof(std::uint64_t)) {
+    std::uint64_t call = 0;  // a call of an offered actor, cancelled by its caller
+    std::memcpy(&call, f.body.data(), sizeof call);
+    {
+      std::lock_guard lock(mu_);
+      host_cancels_.push_back(call);
+    }
+    cv_.notify_all();
   } else if (f.type == bridge::frame_type::task_result) {
     inbound in;
     in.outcome = bridge::decode_outcome(std::move(f.body));  // malformed: throws, and the link ends
@@ -381,7 +389,9 @@ void cluster_driver::on_frame(bridge::frame&& f) {
     else cv_.notify_all();
   } else if (f.type == bridge::frame_type::actor_end) {  // another driver killed one of this driver's actors
     inbound in;
-    in.killed = bridge::decode_actor_end(f.body).actor;
+    bridge::actor_end e = bridge::decode_actor_end(f.body);  // malformed: throws, and the link ends
+    in.killed = std::move(e.actor);
+    in.killed_why = std::move(e.why);
     to_applier(std::move(in));
   } else if (f.type == bridge::frame_type::fetch_object) {
     inbound in;
@@ -718,12 +728,6 @@ void done_with(node_runtime& rt, job& j) {
 
 }  // namespace
 
-bool on_driver_key(std::string_view key) {
-  const auto slash = key.rfind('/');
-  return slash != std::string_view::npos && key.size() > slash + 2 && key[slash + 1] == 'd' &&
-         key.find_first_not_of("0123456789", slash + 2) == std::string_view::npos;
-}
-
 void cluster_driver::host_loop() {
   // As a node serves the head's tasks (serve_as_node), for calls alone: each
   // goes to its actor here as this driver's own calls do; its outcome goes back
@@ -755,20 +759,27 @@ void cluster_driver::host_loop() {
     if (t.mode != static_cast<std::uint8_t>(detail::call_mode::method) || !on_driver_key(t.actor) ||
         t.actor.rfind(id() + "/", 0) != 0)
       throw usage_error("manta: " + id() + " was sent '" + t.name + "', which is not a call of an actor it offered");
-    object_table objects;  // this driver's own objects the call names by key
+    object_table objects;  // the objects the call names by key, found here
     struct cleared {
       object_table& o;
       ~cleared() { o.clear(); }
     } on_exit{objects};
     for (const auto& key : t.objects) {
-      const std::optional<object_id> oid =
-          key.rfind(id() + "/", 0) == 0 ? id_in_object_key(key) : std::optional<object_id>();
-      if (!oid)
+      // Keyed by the sender, named by the id this driver gave them (or kept them under).
+      const std::optional<object_id> oid = id_in_object_key(key);
+      detail::ref_node* n = nullptr;
+      try {
+        if (oid) n = rt_.ref_from_id(*oid);  // counted
+      } catch (const usage_error&) {  // another member's, or freed
+      }
+      if (!n)
         throw usage_error("manta: actor call '" + t.name + "' names object " + key +
-                          " of another member of the cluster; a call of an actor on a driver's node takes only "
-                          "that driver's own objects by ref (pass the value instead)");
-      objects.keep(key, rt_.ref_from_id(*oid));
+                          ", which this driver does not hold; refs inside a call of an actor on a driver's node "
+                          "must name that driver's objects (pass the value instead)");
+      if (objects.has(key)) detail::release(n);
+      else objects.keep(key, n);
     }
+    if (!t.origin.empty()) rt_.set_origin(t.origin);  // (what the call starts serves its caller's program)
     detail::ref_node* actor = rt_.hosted_actor(t.actor);  // counted
     if (!actor)
       throw actor_died_error("manta: actor call '" + t.name + "' cannot run: its actor on " + id() + " has ended");
@@ -782,14 +793,36 @@ void cluster_driver::host_loop() {
   bool runtime_gone = false;
   for (;;) {
     std::deque<bridge::remote_task> arrived;
+    std::vector<std::uint64_t> cancels;
     {
       std::unique_lock lock(mu_);
       if (running.empty() || runtime_gone)
-        cv_.wait(lock, [&] { return stopping_ || !lost_.empty() || (!runtime_gone && !host_inbox_.empty()); });
+        cv_.wait(lock, [&] {
+          return stopping_ || !lost_.empty() || (!runtime_gone && (!host_inbox_.empty() || !host_cancels_.empty()));
+        });
       if (stopping_ || !lost_.empty()) break;
       arrived.swap(host_inbox_);
+      cancels.swap(host_cancels_);
     }
     process::context_use use;
+    for (std::uint64_t call : cancels) {
+      // Not started: dropped; started: cancelled in this runtime (dropped from
+      // its actor's queue, or left to finish if it runs), answered as any other.
+      if (auto it = std::find_if(arrived.begin(), arrived.end(), [&](const auto& t) { return t.id == call; });
+          it != arrived.end()) {
+        answer(failed_outcome(call, {ipc::error_kind::cancelled, "manta::task_cancelled_error",
+                                     "manta: task was cancelled", it->name, {}, ::getpid(), 0, {}}));
+        arrived.erase(it);
+        continue;
+      }
+      for (auto& j : running)
+        if (j.id == call && !j.returns.empty() && j.returns[0]) {
+          try {
+            rt_.cancel_producer(j.returns[0]);
+          } catch (const std::exception&) {  // (the runtime is stopping)
+          }
+        }
+    }
     for (const auto& t : arrived) {
       try {
         start_call(t);

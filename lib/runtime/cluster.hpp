@@ -93,7 +93,9 @@ class cluster_driver {
   /// Offers an actor of this node to the cluster under `key` (on_driver_key),
   /// ahead of the task whose arguments carry its handle; its calls from other
   /// nodes come back through the head and run here (host_loop).
-  void offer_actor(const std::string& key, std::uint64_t class_tag, const std::string& label);
+  /// A named one is named in the cluster too (refused there if the name is
+  /// taken: it is killed, saying so).
+  void offer_actor(const std::string& key, std::uint64_t class_tag, const std::string& name);
   /// This driver's id in the cluster ("driver-N"): its actors' keys start with it.
   const std::string& id() const noexcept { return link_->node_id(); }
   /// The nodes of the cluster, as the head last described them.
@@ -112,6 +114,7 @@ class cluster_driver {
   /// answers them (started with the first call).
   void host_loop();
   std::deque<bridge::remote_task> host_inbox_;  // under mu_
+  std::vector<std::uint64_t> host_cancels_;     ///< calls cancelled by their caller (under mu_)
   std::thread host_;
 
   node_runtime& rt_;
@@ -144,6 +147,7 @@ class cluster_driver {
     bridge::task_outcome outcome;
     std::optional<bridge::object_note> fetch;  ///< instead of an outcome: a node asks for an object
     std::string killed;  ///< instead of an outcome: another driver killed this driver's actor (its key)
+    std::string killed_why;  ///< the head's reason, if it gave one
     /// Instead of an outcome: the answer to a worker's lookup.
     std::optional<std::pair<actor_asker, bridge::actor_lookup>> found;
   };
@@ -212,11 +216,6 @@ void finalize_programs_mpi() noexcept;
 /// stops (returns "") or the head is lost (returns why).
 /// @throws bridge::join_error if it cannot join
 std::string serve_as_node(node_runtime& rt, const std::string& address, const std::string& token);
-
-/// Whether an actor's key in the cluster names one that lives on its driver's
-/// own node, offered to the cluster ("<driver id>/d<N>"), rather than one the
-/// head placed on a node ("<driver id>/<N>").
-bool on_driver_key(std::string_view key);
 
 /// An object id as 32 hex digits, and back (nullopt if malformed).
 std::string id_text(const object_id& id);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <tbb/concurrent_hash_map.h>
@@ -89,10 +90,22 @@ void free_entry(object_entry* e) noexcept;
 /// Stored arguments at least this long go to a node of the cluster by
 /// reference (fetched once per node); shorter ones travel inside each task.
 inline constexpr std::uint64_t by_reference_bytes = 1u << 20;
+/// Whether an actor's key in the cluster names one that lives on its driver's
+/// own node, offered to the cluster ("<driver id>/d<N>"), rather than one the
+/// head placed on a node ("<driver id>/<N>").
+inline bool on_driver_key(std::string_view key) {
+  const auto slash = key.rfind('/');
+  return slash != std::string_view::npos && key.size() > slash + 2 && key[slash + 1] == 'd' &&
+         key.find_first_not_of("0123456789", slash + 2) == std::string_view::npos;
+}
+
 /// Whether argument `e` of a remote task in `mode` goes by reference. Not an
-/// actor's constructor's: the head keeps that whole, to start the actor again.
-inline bool by_reference(const object_entry& e, detail::call_mode mode) {
-  return e.large && e.size >= by_reference_bytes && mode != detail::call_mode::construct;
+/// actor's constructor's: the head keeps that whole, to start the actor again;
+/// nor a call's of an actor on a driver's node (`actor_key`): that driver
+/// fetches nothing from other members.
+inline bool by_reference(const object_entry& e, detail::call_mode mode, std::string_view actor_key = {}) {
+  return e.large && e.size >= by_reference_bytes && mode != detail::call_mode::construct &&
+         !on_driver_key(actor_key);
 }
 
 class directory {

@@ -356,16 +356,22 @@ void node_runtime::serve_cluster(const std::string& address, const std::string& 
   join_cluster(address, token);
 }
 
+namespace {
+/// The origin (an index into node_runtime::origins_) of what this thread
+/// submits: the serving thread and a driver's host thread each set their own.
+thread_local std::uint16_t submitting_origin = 0;
+}  // namespace
+
 void node_runtime::set_origin(const std::string& driver) {
   scheduler_lock lock(*this);
   auto it = std::find(origins_.begin(), origins_.end(), driver);
   if (it != origins_.end()) {
-    current_origin_ = static_cast<std::uint16_t>(it - origins_.begin());
+    submitting_origin = static_cast<std::uint16_t>(it - origins_.begin());
   } else if (origins_.size() < 65536) {  // (past that, tasks serve no known driver)
     origins_.push_back(driver);
-    current_origin_ = static_cast<std::uint16_t>(origins_.size() - 1);
+    submitting_origin = static_cast<std::uint16_t>(origins_.size() - 1);
   } else {
-    current_origin_ = 0;
+    submitting_origin = 0;
   }
 }
 
@@ -415,11 +421,17 @@ std::optional<object_id> id_of_key(const std::string& key, const std::string& dr
 }
 }  // namespace
 
-void node_runtime::remote_actor_killed(const std::string& key) {
+void node_runtime::remote_actor_killed(const std::string& key, const std::string& why) {
   process::context_use use;  // as in remote_finished
   scheduler_lock lock(*this);
-  sched_->remote_actor_killed(key);
+  sched_->remote_actor_killed(key, why);
   sched_->flush_dirty();
+}
+
+void node_runtime::offer_named(actor_record& a) {
+  if (!cluster_ || serving_ || a.remote || !a.remote_key.empty()) return;  // (a node's go through the head)
+  a.remote_key = cluster_->id() + "/d" + std::to_string(++remote_actors_);
+  cluster_->offer_actor(a.remote_key, a.class_tag, a.name);
 }
 
 detail::ref_node* node_runtime::hosted_actor(const std::string& key) {
@@ -545,7 +557,9 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
     actor_record* a = e->actor;
     if (!a || a->remote || !a->remote_key.empty()) continue;
     a->remote_key = cluster_->id() + "/d" + std::to_string(++remote_actors_);
-    cluster_->offer_actor(a->remote_key, a->class_tag, a->label);
+    cluster_->offer_actor(a->remote_key, a->class_tag, a->name);
+    // A dead one's handle travels too (its calls fail): the head forgets it at once.
+    if (a->st == actor_record::state::dead) cluster_->end_actor(a->remote_key, false);
   }
   bridge::remote_task out;
   out.id = t.key;
@@ -577,10 +591,8 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
     out.actor_name = t.options.name;  // get_actor finds it from any driver
     out.class_tag = t.fn->class_tag;
   }
-  // A call of an actor on a driver's own node takes its arguments as values:
-  // that driver fetches nothing from other members.
-  const bool to_driver = t.actor && on_driver_key(t.actor->remote_key);
-  auto by_ref = [&](const object_entry& e) { return by_reference(e, t.mode) && !to_driver; };
+  const std::string_view actor_key = t.actor ? std::string_view(t.actor->remote_key) : std::string_view();
+  auto by_ref = [&](const object_entry& e) { return by_reference(e, t.mode, actor_key); };
   const std::uint64_t limit = bridge::max_long_body - (1u << 20);
   std::uint64_t total = t.args.size();
   for (auto* e : t.deps) {
@@ -998,7 +1010,7 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   t->arg_count = r.arg_count;
   t->options = std::move(r.options);
   t->local_only = serving_;  // the head placed it here: it never spills back
-  if (serving_) t->origin = current_origin_;
+  if (serving_) t->origin = submitting_origin;
   if (timeline_.on()) t->submitted_ns = observe::now_ns();
   // Admission reads the ledger's totals, which never change: no lock (submitters
   // never wait on the scheduler's mutex). What this node cannot run may go to

@@ -102,7 +102,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// finds actors of the cluster), while what the head sends here (submitted
   /// by the serving thread, not a worker) runs here and never goes back.
   void serve_cluster(const std::string& address, const std::string& token);
-  /// The serving thread: the driver whose task it submits next (remote_task::origin).
+  /// The serving thread, or a host thread: the driver whose task it submits
+  /// next (remote_task::origin), for this thread alone.
   void set_origin(const std::string& driver);
   /// Rank 0 of a launch (mpirun, srun): hosts the head, tells the other ranks
   /// where it is (over MPI, or in files in `dir`), drives, and waits until
@@ -127,8 +128,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// calls go through the head, and its handles going here do not end it.
   detail::ref_node* borrow_actor(const object_id& id, const std::string& key, std::uint64_t class_tag,
                                  const std::string& label);
-  /// Another driver killed this driver's actor `key` (from the applier thread).
-  void remote_actor_killed(const std::string& key);
+  /// Another driver killed this driver's actor `key`, or the head refused it
+  /// (`why`), from the applier thread.
+  void remote_actor_killed(const std::string& key, const std::string& why);
   /// The handle (one count) of this node's actor offered to the cluster as
   /// `key`, for a call from another node; nullptr once it is gone.
   detail::ref_node* hosted_actor(const std::string& key);
@@ -178,6 +180,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   bool find_actor_later(int slot, std::uint64_t generation, std::uint64_t request, const std::string& name,
                         std::uint64_t class_tag, std::string& error) override;
   bool names_in_cluster() override { return serving_ && cluster_; }
+  void offer_named(actor_record& a) override;
   /// Sends `e` (counted, the count given to the sender) as `ask` asks, or object_lost.
   void send_object_now(const bridge::object_note& ask, object_entry* e);
   /// Before an object of another runtime is kept here under `id`: the
@@ -189,10 +192,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::unordered_map<object_entry*, std::vector<bridge::object_note>> asked_pending_;
   std::uint64_t remote_actors_ = 0;  ///< actors started on the cluster (their keys' numbers; under the scheduler's lock)
   /// A node: the drivers whose programs its tasks serve (task_spec::origin
-  /// indexes it; under the scheduler's lock), and the one of the task the
-  /// serving thread submits now (set_origin).
+  /// indexes it; under the scheduler's lock). Which one a thread's next
+  /// submission serves is that thread's own (set_origin).
   std::vector<std::string> origins_{std::string()};
-  std::uint16_t current_origin_ = 0;
   bool cluster_can_run(const task_spec& t) override;
 
   // node_runtime.cpp: objects and submissions

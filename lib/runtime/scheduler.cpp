@@ -93,7 +93,7 @@ namespace {
 std::size_t carried_bytes(const task_spec& t) {
   std::size_t n = t.args.size();
   for (const object_entry* e : t.deps)
-    if (!by_reference(*e, t.mode)) n += e->size;
+    if (!by_reference(*e, t.mode, t.actor ? std::string_view(t.actor->remote_key) : std::string_view())) n += e->size;
   return n;
 }
 }  // namespace

@@ -106,6 +106,9 @@ class scheduler_host {
   /// Whether a named actor a worker starts goes through the cluster, so its
   /// name is known cluster-wide (a node of a cluster: its own names reach nobody else).
   virtual bool names_in_cluster() = 0;
+  /// A named actor of this node was created (a driver of a cluster offers it
+  /// there, so the name is known cluster-wide). Never blocks.
+  virtual void offer_named(actor_record& a) = 0;
 
  protected:
   ~scheduler_host() = default;
@@ -180,8 +183,9 @@ class scheduler {
   /// (`label`: what messages call it).
   object_entry* adopt_remote_actor(const std::string& key, std::uint64_t class_tag, const std::string& label,
                                    const object_id& id);
-  /// Another driver killed this driver's actor `key` (found by its name): it is dead here too.
-  void remote_actor_killed(const std::string& key);
+  /// Another driver killed this driver's actor `key` (found by its name), or
+  /// the head refused one this node offered (`why`): it is dead here too.
+  void remote_actor_killed(const std::string& key, const std::string& why = {});
   /// The handle's entry (one more count) of the actor of this node offered to
   /// the cluster as `key` (cluster.hpp's on_driver_key), or nullptr once it is gone.
   object_entry* offered_actor(const std::string& key);

@@ -55,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         try {
           const actor_end e = decode_actor_end(f->body);
           const actor_end again_end = decode_actor_end(encode_actor_end(e));
-          if (again_end.actor != e.actor || again_end.kill != e.kill) __builtin_trap();
+          if (again_end.actor != e.actor || again_end.kill != e.kill || again_end.why != e.why) __builtin_trap();
         } catch (const wire_error&) {
         }
         try {

@@ -84,6 +84,7 @@ struct quiet_host final : scheduler_host {
     return false;
   }
   bool names_in_cluster() override { return false; }
+  void offer_named(manta::runtime::actor_record&) override {}
 };
 
 constexpr std::uint32_t epoch = epoch_of_fuzz;
