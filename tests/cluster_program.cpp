@@ -744,14 +744,26 @@ void actor_refs_lost() {
 
 /// An actor whose constructor took a long value starts again on another node.
 void actor_lost_long() {
-  auto holder = manta::actor<Holder>().resources({{"special", 1}}).max_restarts(1).remote(std::vector<double>(1'000'000, 2.0));
+  // (Each asks for half of a node's "special": after the loss, the other node holds all three.)
+  auto holder =
+      manta::actor<Holder>().resources({{"special", 0.5}}).max_restarts(1).remote(std::vector<double>(1'000'000, 2.0));
   const int first = manta::get(holder.task(&Holder::host).remote());
+  // An actor on the other node makes the two as busy, so the next goes to the first again (the first
+  // of equals). Its constructor over 8 MiB goes in parts: the head keeps them too.
+  auto filler = manta::actor<Counter>().resources({{"special", 0.5}}).remote(0);
+  check(manta::get(filler.task(&Counter::host).remote()) != first, "an actor lives on the other node");
+  auto longer =
+      manta::actor<Holder>().resources({{"special", 0.5}}).max_restarts(1).remote(std::vector<double>(3'000'000, 2.0));
+  check(manta::get(longer.task(&Holder::host).remote(), std::chrono::seconds(60)) == first,
+        "an actor with a 24 MB constructor lives on the first node");
   ::kill(first, SIGKILL);
   // (A call sent before the head sees the loss goes to the dead node, and fails: wait for it.)
   check(wait_for([] { return alive_nodes() == 1; }, std::chrono::seconds(20)), "the head saw the node lost");
   check(manta::get(holder.task(&Holder::size).remote(), std::chrono::seconds(30)) == 1'000'000,
         "the actor started again with its 8 MB constructor argument");
   check(manta::get(holder.task(&Holder::host).remote()) != first, "on the other node");
+  check(manta::get(longer.task(&Holder::size).remote(), std::chrono::seconds(60)) == 3'000'000,
+        "the actor whose 24 MB constructor went in parts started again too");
 }
 
 /// A node asks for an object the driver spilled and cannot read back (its

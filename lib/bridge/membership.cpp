@@ -720,6 +720,7 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
         if (!kept.keep) out.push_back({node, frame_type::part, part, true});
         if (!kept.actor.empty()) actor_forwarded(id, kept, nullptr);
         else if (!t.node.empty()) forget_frames(kept);
+        if (!kept.actor.empty() && !kept.method) keep_constructor_part(kept.actor, part);
         if (!kept.actor.empty() && !kept.method && !h.last)
           if (auto a = actors_.find(kept.actor); a != actors_.end()) a->second.complete = false;
       }
@@ -776,6 +777,7 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
       return;
     }
     keep_frame(r, frame_type::part, part);
+    if (!r.actor.empty() && !r.method) keep_constructor_part(r.actor, part);
     r.complete = h.last;
     if (auto node = r.node_connection.lock(); node && !node->done) out.push_back({node, frame_type::part, part, true});
     if (h.last && !r.actor.empty() && !r.method)
@@ -1289,6 +1291,19 @@ void head::actor_forwarded(std::uint64_t id, routed_task& r, const shared_body& 
     }
   }
   forget_frames(r);  // never sent again as itself: its actor starts again instead
+}
+
+void head::keep_constructor_part(const std::string& key, const shared_body& part) {
+  auto it = actors_.find(key);
+  if (it == actors_.end() || !it->second.ctor.keep) return;
+  routed_task& ctor = it->second.ctor;
+  if (kept_bytes_ + part->size() <= max_kept) {
+    ctor.frames.emplace_back(frame_type::part, part);
+    ctor.kept += part->size();
+    kept_bytes_ += part->size();
+    return;
+  }
+  forget_frames(ctor);  // past what the head keeps: it is not started again elsewhere
 }
 
 void head::forget_frames(routed_task& r) {

@@ -243,6 +243,9 @@ class head {
   bool hold_call(routed_task&& r, std::string&& body);
   /// Fails the calls held for `a` with `why` (under mu_).
   void fail_held(placed_actor& a, const std::string& why, std::vector<outgoing>& out);
+  /// Keeps a part of actor `key`'s long constructor with the actor, to start
+  /// it again elsewhere, while the head keeps less than max_kept (under mu_).
+  void keep_constructor_part(const std::string& key, const shared_body& part);
   /// Stops keeping `r`'s frames (under mu_).
   void forget_frames(routed_task& r);
   /// `a` counts on its node: its load, and the resources it holds for life (under mu_).
