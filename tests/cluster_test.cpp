@@ -227,6 +227,45 @@ TEST_F(cluster, an_actor_on_the_drivers_node_is_called_and_killed_from_tasks_and
   EXPECT_EQ(with_two_nodes("driver_actor_from_nodes"), std::make_pair(0, 0));
 }
 
+TEST_F(cluster, a_node_whose_connection_as_a_driver_is_cut_leaves_the_cluster) {
+  // A node has two connections to the head: as a node (the table lists its
+  // address) and as a driver (for its tasks' own work). The second is cut
+  // (ss -K destroys a socket); the node, unable to reach the cluster for its
+  // tasks, leaves rather than serve on half connected.
+  const std::string cli = MANTA_CLI_PATH;
+  pid_t node = member(true, {"special"}, "node-1.log");
+  std::string table;
+  ASSERT_TRUE(manta::testing::eventually([&] {
+    table = sh(cli + " status --json --log-dir " + dir_);
+    return table.find("\"alive\": true") != std::string::npos;
+  })) << table;
+  const auto at = table.find("127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << table;
+  const std::string node_port = table.substr(at + 10, table.find('"', at) - at - 10);
+  const std::string head_port = address_.substr(address_.find(':') + 1);
+  // The node's connections to the head, by local port: the one the table does not name is its driver's.
+  std::string other;
+  manta::testing::eventually([&] {
+    std::istringstream lines(sh("ss -tnpH state established '( dport = :" + head_port + " )'"));
+    for (std::string line; std::getline(lines, line);) {
+      if (line.find("pid=" + std::to_string(node) + ",") == std::string::npos) continue;
+      std::istringstream fields(line);
+      std::string recv, send, local;
+      fields >> recv >> send >> local;
+      const std::string port = local.substr(local.rfind(':') + 1);
+      if (port != node_port) other = port;
+    }
+    return !other.empty();
+  });
+  ASSERT_FALSE(other.empty()) << "the node's connection as a driver: " << sh("ss -tnpH state established");
+  const std::string cut = sh("ss -K 'sport = :" + other + "' 2>&1");
+  if (sh("ss -tnH state established '( sport = :" + other + " )'").find(":" + other) != std::string::npos)
+    GTEST_SKIP() << "this kernel cannot destroy a socket (ss -K): " << cut;
+  EXPECT_EQ(finish(node, 20s), 3) << log("node-1.log");
+  EXPECT_NE(log("node-1.log").find("as a driver"), std::string::npos) << log("node-1.log");
+  EXPECT_NE(sh(cli + " status --log-dir " + dir_).find("lost"), std::string::npos) << "the head saw it leave";
+}
+
 /// A head whose actors wait 4 s for a node to start again on.
 class cluster_node_wait : public cluster {
  protected:

@@ -425,6 +425,7 @@ void cluster_driver::on_end(const std::string& why) {
   {
     std::lock_guard lock(mu_);
     lost_ = why.empty() ? "the cluster was stopped" : why;
+    ended_.store(true, std::memory_order_release);
     for (auto& n : table_) n.alive = false;
     unsent.swap(queue_);
     for (auto& [request, asker] : askers_) {  // workers waiting for a lookup hear why not
@@ -1059,7 +1060,23 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     std::deque<arrival> actor_work;      // constructors, calls, ends: never capped, in order
     {
       std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return done || !inbox.empty() || !running.empty() || !waiting.empty(); });
+      // (Idle, it still looks twice a second at its other connection, below.)
+      cv.wait_for(lock, std::chrono::milliseconds(500),
+                  [&] { return done || !inbox.empty() || !running.empty() || !waiting.empty(); });
+      if (!done && rt.cluster_link_ended()) {
+        // Its connection as a driver ended (the head dropped it, or is gone):
+        // its tasks could no longer reach the cluster. It leaves, so the head
+        // runs its work elsewhere; the node link's own news, if it comes at
+        // once, says better why.
+        cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; });
+        if (!done) {
+          const std::string gone = rt.cluster_link_lost();
+          why = gone.find("stopped") != std::string::npos
+                    ? std::string()
+                    : "its other connection to the head (as a driver, for its tasks' own work) ended: " + gone;
+          break;
+        }
+      }
       if (done) {
         why = ended.find("stopped") != std::string::npos ? std::string() : ended;
         break;

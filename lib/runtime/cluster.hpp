@@ -12,6 +12,7 @@
 // arena first), and its results are sent back once sealed.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -102,6 +103,8 @@ class cluster_driver {
   std::vector<manta::node_info> nodes() const;
   /// Why the cluster is gone (its head lost, or the cluster stopped), or empty.
   std::string lost() const;
+  /// Whether the link ended (lost() says why); cheap, any thread.
+  bool ended() const noexcept { return ended_.load(std::memory_order_acquire); }
 
  private:
   void on_frame(bridge::frame&& f);
@@ -156,6 +159,7 @@ class cluster_driver {
   void to_applier(inbound&& in);
   bool stopping_ = false;
   bool left_ = false;
+  std::atomic<bool> ended_{false};  ///< on_end ran
   std::unique_ptr<bridge::node_link> link_;
   std::thread sender_, applier_;
 };

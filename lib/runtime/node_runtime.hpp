@@ -105,6 +105,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// The serving thread, or a host thread: the driver whose task it submits
   /// next (remote_task::origin), for this thread alone.
   void set_origin(const std::string& driver);
+  /// A node of a cluster: whether its connection as a driver ended, and why.
+  bool cluster_link_ended() const noexcept { return cluster_ && cluster_->ended(); }
+  std::string cluster_link_lost() const { return cluster_ ? cluster_->lost() : std::string(); }
   /// Rank 0 of a launch (mpirun, srun): hosts the head, tells the other ranks
   /// where it is (over MPI, or in files in `dir`), drives, and waits until
   /// every other rank joined.
