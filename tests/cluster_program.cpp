@@ -1233,18 +1233,24 @@ void work_waits_for_node() {
   } catch (const manta::timeout_error&) {
     check(true, "a call waits while no node can hold its actor");
   }
-  // A node like the lost one joins (started as users do, in the background).
+  // New work that only such a node can take waits for one too (it is not refused at remote()).
+  auto fresh_task = manta::task(where).resources(on_special).remote();
+  auto fresh_actor = manta::actor<Counter>().resources(on_special).remote(3);
+  auto fresh_call = fresh_actor.task(&Counter::add).remote(1);
+  // A node like the lost one, with room for the new actor too, joins (started as users do, in the background).
   char self[4096] = {};
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   check(n > 0, "the program knows its path");
   const std::string dir = std::getenv("CLUSTER_DIR");
   const std::string start = std::string("env -u MANTA_ADDRESS ") + std::getenv("CLUSTER_CLI") + " start --log-dir " +
-                            dir + " --num-workers 2 -- " + self + " special > " + dir + "/start.out 2>&1";
+                            dir + " --num-workers 2 -- " + self + " special4 > " + dir + "/start.out 2>&1";
   check(std::system(start.c_str()) == 0, "a new node joined");
   check(manta::get(a, std::chrono::seconds(30)) == 11 && manta::get(b, std::chrono::seconds(30)) == 13,
         "the calls made while it waited ran, in order, from its constructor's state");
   const int second = manta::get(x.task(&Counter::host).remote(), std::chrono::seconds(30));
   check(second != 0 && second != first, "it lives on the node that joined");
+  check(manta::get(fresh_task, std::chrono::seconds(30)) == second, "a task made while no node could take it ran on the node that joined");
+  check(manta::get(fresh_call, std::chrono::seconds(30)) == 4, "so did an actor made then, and its call");
   check(manta::get(running, std::chrono::seconds(30)) == 0 && worker_marks() == 2,
         "the task lost with the first node ran again on the one that joined");
   check(manta::get(busy) == ::getpid() && manta::get(spilled[there], std::chrono::seconds(30)) == ::getpid(),
@@ -1255,6 +1261,15 @@ void work_waits_for_node() {
   check(wait_for([] { return worker_marks() == 1; }, std::chrono::seconds(20)), "another task runs there");
   ::kill(second, SIGKILL);
   check(wait_for([] { return alive_nodes() == 0; }, std::chrono::seconds(20)), "that node is lost too");
+  auto orphan = manta::task(where).resources(on_special).remote();
+  try {
+    manta::get(orphan, std::chrono::seconds(30));
+    check(false, "a new task no node comes for fails once the wait is over");
+  } catch (const manta::node_died_error& e) {
+    check(std::string(e.what()).find("could not be placed") != std::string::npos &&
+              std::string(e.what()).find("joined within 4000 ms") != std::string::npos,
+          std::string("a new task no node comes for fails once the wait is over: ") + e.what());
+  }
   try {
     manta::get(stranded, std::chrono::seconds(30));
     check(false, "with no node joining, a task lost with it fails once the wait is over");
@@ -1529,6 +1544,7 @@ int main(int argc, char** argv) {
     manta::options o{.num_workers = 2};
     if (first == "special" || first == "launched") o.resources = {{"special", 2}};
     if (first == "rare") o.resources = {{"rare", 4}};  // (some held by actors, the rest for tasks)
+    if (first == "special4") o.resources = {{"special", 4}};  // (room for two actors and two tasks)
     manta::init(o);  // serves; never returns
     return 99;
   }

@@ -45,6 +45,10 @@ constexpr std::size_t max_queued = 512u << 20;
 /// Bytes of tasks' frames the head keeps at most, to send again on a node's
 /// loss; a task past it runs, but fails with its node instead of running again.
 constexpr std::uint64_t max_kept = std::uint64_t{4} << 30;
+/// Why place() found no node, when nodes that had what a task asks were lost:
+/// a new task or actor then waits for one to join (head::config::node_wait).
+constexpr std::string_view lost_everywhere = "every node that could run it was lost";
+constexpr std::string_view unplaced_yet = "could not be placed: every node that has what it asks was lost";
 /// Long frames at most that one peer may be sending at once.
 constexpr std::size_t max_open_streams = 1024;
 /// How often a reader looks whether bytes arrived (a long frame on its way
@@ -604,7 +608,7 @@ std::shared_ptr<head::connection> head::place(const routed_task& t, std::string&
   }
   if (!best)
     why = nodes_.empty() ? "the cluster has no node"
-          : any_fits     ? "every node that could run it was lost"
+          : any_fits     ? std::string(lost_everywhere)
                          : "no node of the cluster has what it needs (" + first_lack + ")";
   return best;
 }
@@ -617,6 +621,11 @@ void head::route_task(const std::shared_ptr<connection>& driver, std::string&& b
                                      : !t.node.empty()  ? node_target(driver, t, r, why)
                                                         : place(r, why);
   if (!node && r.method && hold_call(std::move(r), std::move(body))) return;  // its actor restarts
+  if (!node && !t.actor.empty() && !r.method && hold_constructor(t, r, std::move(body), out)) return;
+  if (!node && t.actor.empty() && t.node.empty() && !t.spilled && why == lost_everywhere && cfg_.node_wait.count() > 0) {
+    if (hold_task(std::move(r), std::move(body))) return;  // a node that can run it may join
+    why += " (and the head keeps no more tasks waiting for one)";
+  }
   if (!node) {
     if (r.method && actors_.count(t.actor) && actors_[t.actor].restarting) why += " (the head keeps no more calls for it)";
     out.push_back({driver, frame_type::task_result, t.actor.empty() ? unplaced(t, why) : actor_refused(t, why)});
@@ -707,6 +716,14 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
                                          : !t.node.empty()  ? node_target(from, t, r, why)
                                                             : place(r, why);
       if (!node) {
+        if (auto a = actors_.find(t.actor);
+            a != actors_.end() && t.mode == mode_construct && a->second.restarting && a->second.first_start) {
+          // (It would wait for a node, but only a whole constructor is kept before its start.)
+          why = a->second.lost_with + ", and a constructor over 8 MiB cannot wait at the head for a node";
+          restarting_.erase(t.actor);
+          a->second.restarting = a->second.first_start = false;
+          actor_gone(t.actor, a->second, "could not start: " + why, out);
+        }
         out.push_back({from, frame_type::task_result, t.actor.empty() ? unplaced(t, why) : actor_refused(t, why)});
       } else {
         id = ++next_task_;
@@ -975,6 +992,7 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
     }
     if (r.retries_left > 0 && r.keep && !r.spilled && cfg_.node_wait.count() > 0) {
       // No alive node can run it: it waits for one to join (place_restarting).
+      --r.retries_left;
       r.node.clear();
       r.node_connection.reset();
       r.wait_by = std::chrono::steady_clock::now() + cfg_.node_wait;
@@ -1078,7 +1096,7 @@ void head::restart_on(const std::string& key, placed_actor& a, const std::shared
                       const std::string& lost_with, std::vector<outgoing>& out) {
   // Its constructor runs again there, from the frame the head kept (and
   // numbered as before); its driver hears only if it never heard of the first.
-  --a.restarts_left;
+  if (!std::exchange(a.first_start, false)) --a.restarts_left;
   routed_task r = a.ctor;
   r.kept = 0;  // (the actor counts the frame)
   routed_task& sent = routed_.insert_or_assign(a.ctor_id, std::move(r)).first->second;
@@ -1112,7 +1130,6 @@ void head::place_restarting(std::vector<outgoing>& out) {
     std::string why;
     // (Parts of it that came meanwhile may have passed what the head keeps: then it cannot go.)
     if (auto node = driver && !driver->done && r.keep ? place(r, why) : nullptr) {
-      --r.retries_left;
       forward(r, node, out);
       return true;
     }
@@ -1155,6 +1172,42 @@ void head::place_restarting(std::vector<outgoing>& out) {
     fail_held(a, a.gone, out);
     k = restarting_.erase(k);
   }
+}
+
+bool head::hold_constructor(const remote_task& t, const routed_task& r, std::string&& body,
+                            std::vector<outgoing>& out) {
+  auto it = actors_.find(t.actor);
+  if (it == actors_.end() || !it->second.restarting || !it->second.first_start) return false;
+  placed_actor& a = it->second;
+  const std::uint64_t id = ++next_task_;
+  set_id(body, id);
+  a.ctor_id = id;
+  a.ctor.driver_id = r.driver_id;
+  if (kept_bytes_ + body.size() > max_kept) {
+    actor_gone(t.actor, a, a.lost_with + ", and the head keeps no more to start it later", out);
+    fail_held(a, a.gone, out);  // (its driver hears)
+    restarting_.erase(t.actor);
+    return true;
+  }
+  a.ctor.kept = body.size();
+  kept_bytes_ += a.ctor.kept;
+  a.ctor.frames = {{frame_type::run_task, std::make_shared<const std::string>(std::move(body))}};
+  return true;
+}
+
+bool head::hold_task(routed_task&& r, std::string&& body) {
+  const std::uint64_t id = ++next_task_;
+  set_id(body, id);
+  routed_task& kept = routed_.emplace(id, std::move(r)).first->second;
+  keep_frame(kept, frame_type::run_task, std::make_shared<const std::string>(std::move(body)));
+  if (!kept.keep) {
+    drop_route(routed_.find(id));
+    return false;
+  }
+  kept.wait_by = std::chrono::steady_clock::now() + cfg_.node_wait;
+  kept.lost_with = unplaced_yet;
+  waiting_tasks_.push_back(id);
+  return true;
 }
 
 bool head::hold_call(routed_task&& r, std::string&& body) {
@@ -1222,19 +1275,30 @@ std::shared_ptr<head::connection> head::actor_target(const std::shared_ptr<conne
       return refused();
     }
     std::shared_ptr<connection> node = place(r, why);
-    if (!node) return refused();
+    // No alive node has what it asks, but one that had it was lost: it waits
+    // for one to join (route_task keeps its constructor), as after a loss.
+    const bool waits = !node && why == lost_everywhere && cfg_.node_wait.count() > 0;
+    if (!node && !waits) return refused();
     if (!t.actor_name.empty()) actor_names_[t.actor_name] = t.actor;
     placed_actor& a = actors_[t.actor];
     a.name = t.actor_name;
     a.class_tag = t.class_tag;
     a.driver = driver;
-    a.node = node->node_id;
-    a.node_connection = node;
     a.ctor = r;
-    host(a);
     a.restarts_left = t.max_restarts < 0 ? std::numeric_limits<int>::max() : t.max_restarts;
     a.task_retries = t.max_task_retries;
     a.origin = t.origin.empty() ? driver->node_id : t.origin;
+    if (waits) {
+      a.restarting = a.first_start = true;
+      a.restart_by = std::chrono::steady_clock::now() + cfg_.node_wait;
+      a.lost_with = unplaced_yet;
+      restarting_.insert(t.actor);
+      why.clear();
+      return nullptr;
+    }
+    a.node = node->node_id;
+    a.node_connection = node;
+    host(a);
     return node;
   }
   if (it == actors_.end()) {

@@ -165,6 +165,7 @@ class head {
     /// Lost with its node while no alive node had what it asks: it starts
     /// again once one joins (place_restarting), or is gone at `restart_by`.
     bool restarting = false;
+    bool first_start = false;  ///< restarting, but never started: no restart is charged
     std::chrono::steady_clock::time_point restart_by{};
     std::string lost_with;  ///< while restarting: "was lost with <node> (<why>)"
     /// While restarting: its calls, held until it starts (routed_ numbers, in
@@ -241,6 +242,13 @@ class head {
   /// Holds a call of restarting actor `t.actor` until it starts (under mu_);
   /// false if the head keeps no more (then it fails).
   bool hold_call(routed_task&& r, std::string&& body);
+  /// Keeps the constructor of actor `t.actor`, which waits for a node before
+  /// its first start (under mu_); false if it does not wait. Past what the
+  /// head keeps, the actor is gone and its driver hears.
+  bool hold_constructor(const remote_task& t, const routed_task& r, std::string&& body, std::vector<outgoing>& out);
+  /// Holds new task `r` until a node that can run it joins (under mu_):
+  /// false if the head keeps no more.
+  bool hold_task(routed_task&& r, std::string&& body);
   /// Fails the calls held for `a` with `why` (under mu_).
   void fail_held(placed_actor& a, const std::string& why, std::vector<outgoing>& out);
   /// Keeps a part of actor `key`'s long constructor with the actor, to start

@@ -333,8 +333,8 @@ void scheduler::remote_actor_killed(const std::string& key, const std::string& w
     if (!a->remote && a->remote_key == key && a->st != actor_record::state::dead) {  // one this node offered
       a->killed = true;
       actor_dead(*a, actor_error(*a, !why.empty() ? "could not start: " + why
-                                                  : "was killed (manta::kill) elsewhere in the cluster: by a task on "
-                                                    "another node holding its handle"));
+                                                  : "was killed (manta::kill) elsewhere in the cluster: by another "
+                                                    "driver, or a task on another node holding its handle"));
       continue;
     }
     if (!a->remote || a->borrowed || a->remote_key != key || a->st == actor_record::state::dead) continue;

@@ -137,9 +137,10 @@ std::string cluster_driver::lacking(const detail::task_options& o) const {
   if (stopping_) return "this driver is leaving the cluster";
   std::string first;
   for (const auto& n : table_) {
+    // (A node that had it, lost, counts: the head keeps such work until one like it joins, or its wait ends.)
     std::string lack = bridge::lacking(n.resources, o.num_cpus, o.num_gpus, o.resources);
-    if (lack.empty() && n.alive) return {};
-    if (first.empty()) first = n.id + " has " + (lack.empty() ? "what it needs but was lost" : lack);
+    if (lack.empty()) return {};
+    if (first.empty()) first = n.id + " has " + lack;
   }
   return table_.empty() ? "the cluster has no node" : "no node of the cluster can run it (" + first + ")";
 }
