@@ -1103,22 +1103,18 @@ void named_user() {
           "get_actor finds a named actor on another driver's own node, and its calls run there");
   }
   {
-    // A name taken in the cluster: an actor of this node named so is refused there, and ends.
-    auto local_twin = manta::actor<Counter>().name("shared").remote(0);
-    std::string why;
-    const bool refused = wait_for(
-        [&] {
-          try {
-            manta::get(local_twin.task(&Counter::add).remote(1), std::chrono::seconds(10));
-            return false;
-          } catch (const manta::actor_died_error& e) {
-            why = e.what();
-            return true;
-          }
-        },
-        std::chrono::seconds(20));
-    check(refused && why.find("taken in the cluster") != std::string::npos,
-          "an actor on this node named like one on a node is refused by the cluster: " + why);
+    // A name taken in the cluster: an actor of this node named so is refused
+    // there before its constructor runs (which would leave a slow-<pid> mark).
+    auto local_twin = manta::actor<Slow>().name("shared").remote(0);
+    try {
+      manta::get(local_twin.task(&Slow::host).remote(), std::chrono::seconds(30));
+      check(false, "an actor on this node named like one on a node is refused by the cluster");
+    } catch (const manta::actor_died_error& e) {
+      check(std::string(e.what()).find("taken in the cluster") != std::string::npos,
+            std::string("an actor on this node named like one on a node is refused by the cluster: ") + e.what());
+    }
+    check(!std::filesystem::exists(std::string(std::getenv("CLUSTER_DIR")) + "/slow-" + std::to_string(::getpid())),
+          "its constructor never ran");
   }
   {
     auto big = manta::get_actor<Holder>("big");

@@ -621,7 +621,8 @@ void head::route_task(const std::shared_ptr<connection>& driver, std::string&& b
                                      : !t.node.empty()  ? node_target(driver, t, r, why)
                                                         : place(r, why);
   if (!node && r.method && hold_call(std::move(r), std::move(body))) return;  // its actor restarts
-  if (!node && !t.actor.empty() && !r.method && hold_constructor(t, r, std::move(body), out)) return;
+  // (Only the wait actor_target made, which leaves `why` empty: not a refused second constructor of that key.)
+  if (!node && !t.actor.empty() && !r.method && why.empty() && hold_constructor(t, r, std::move(body), out)) return;
   if (!node && t.actor.empty() && t.node.empty() && !t.spilled && why == lost_everywhere && cfg_.node_wait.count() > 0) {
     if (hold_task(std::move(r), std::move(body))) return;  // a node that can run it may join
     why += " (and the head keeps no more tasks waiting for one)";
@@ -716,13 +717,15 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
                                          : !t.node.empty()  ? node_target(from, t, r, why)
                                                             : place(r, why);
       if (!node) {
-        if (auto a = actors_.find(t.actor);
-            a != actors_.end() && t.mode == mode_construct && a->second.restarting && a->second.first_start) {
+        if (auto a = actors_.find(t.actor); why.empty() && a != actors_.end() && t.mode == mode_construct &&
+                                            a->second.restarting && a->second.first_start) {
           // (It would wait for a node, but only a whole constructor is kept before its start.)
           why = a->second.lost_with + ", and a constructor over 8 MiB cannot wait at the head for a node";
           restarting_.erase(t.actor);
-          a->second.restarting = a->second.first_start = false;
+          a->second.first_start = false;
           actor_gone(t.actor, a->second, "could not start: " + why, out);
+          a->second.ctor.driver_id = 0;  // (its constructor is answered below)
+          fail_held(a->second, a->second.gone, out);  // the calls held behind it
         }
         out.push_back({from, frame_type::task_result, t.actor.empty() ? unplaced(t, why) : actor_refused(t, why)});
       } else {
@@ -1096,7 +1099,8 @@ void head::restart_on(const std::string& key, placed_actor& a, const std::shared
                       const std::string& lost_with, std::vector<outgoing>& out) {
   // Its constructor runs again there, from the frame the head kept (and
   // numbered as before); its driver hears only if it never heard of the first.
-  if (!std::exchange(a.first_start, false)) --a.restarts_left;
+  const bool first = std::exchange(a.first_start, false);
+  if (!first) --a.restarts_left;
   routed_task r = a.ctor;
   r.kept = 0;  // (the actor counts the frame)
   routed_task& sent = routed_.insert_or_assign(a.ctor_id, std::move(r)).first->second;
@@ -1109,8 +1113,8 @@ void head::restart_on(const std::string& key, placed_actor& a, const std::shared
   host(a);
   a.node_connection = node;
   a.restarting = false;
-  std::fprintf(stderr, "manta head: actor %s (%s) %s; started again on %s\n", a.ctor.name.c_str(), key.c_str(),
-               lost_with.c_str(), a.node.c_str());
+  std::fprintf(stderr, "manta head: actor %s (%s) %s; started %son %s\n", a.ctor.name.c_str(), key.c_str(),
+               lost_with.c_str(), first ? "" : "again ", a.node.c_str());
   // The calls held while it waited follow its constructor, in order.
   for (auto [id, fresh] : std::exchange(a.held_calls, {})) {
     auto it = routed_.find(id);
@@ -1460,12 +1464,21 @@ void head::host_actor(const std::shared_ptr<connection>& driver, std::string_vie
       number.find_first_not_of("0123456789") != std::string_view::npos)
     throw wire_error("manta bridge: " + driver->node_id + " offered an actor key that is not one of its own: " + l.key);
   if (actors_.count(l.key)) return;  // (offered before)
+  // A named one waits for the answer (request set): its constructor runs only if the name is its own.
+  auto answer = [&](std::string why) {
+    actor_lookup reply = l;
+    reply.why = std::move(why);
+    if (l.request != 0)
+      out.push_back({driver, frame_type::actor_found, std::make_shared<const std::string>(encode_actor_lookup(reply))});
+    else if (!reply.why.empty())
+      out.push_back({driver, frame_type::actor_end,
+                     std::make_shared<const std::string>(encode_actor_end({l.key, true, reply.why}))});
+  };
   if (auto named = actor_names_.find(l.name); !l.name.empty() && named != actor_names_.end()) {
-    out.push_back({driver, frame_type::actor_end,
-                   std::make_shared<const std::string>(encode_actor_end(
-                       {l.key, true, "the name '" + l.name + "' is taken in the cluster (by " + named->second + ")"}))});
+    answer("the name '" + l.name + "' is taken in the cluster (by " + named->second + ")");
     return;
   }
+  answer({});
   if (!l.name.empty()) actor_names_[l.name] = l.key;
   placed_actor& a = actors_[l.key];
   a.name = l.name;

@@ -41,6 +41,10 @@ struct actor_record {
   int host = -1;  ///< slot of its process
   int restarts = 0;
   bool killed = false;
+  /// Named on a driver of a cluster: it starts once the head took its name
+  /// (scheduler::name_answered); `start_deferred`: its constructor was ready meanwhile.
+  bool awaiting_name = false;
+  bool start_deferred = false;
   lane queue;  ///< calls not sent yet, in submission order (the task graph's lane)
   /// Its first constructor call, while it waits for its arguments to be sealed.
   task_spec* pending_ctor = nullptr;

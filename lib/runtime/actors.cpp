@@ -60,6 +60,10 @@ void scheduler::start_constructed(task_spec* ctor) {
     enqueue(ctor);
     return;
   }
+  if (a.awaiting_name) {  // (its name may be taken in the cluster: it waits for the head)
+    a.start_deferred = true;
+    return;
+  }
   a.pending_ctor = nullptr;
   a.ctor = ctor->fn;
   a.ctor_args = std::move(ctor->args);
@@ -320,6 +324,20 @@ object_entry* scheduler::adopt_remote_actor(const std::string& key, std::uint64_
   dir_.publish(e, state_ready);
   actors_.push_back(std::move(a));
   return e;
+}
+
+void scheduler::name_answered(const std::string& key, const std::string& why) {
+  for (auto& a : actors_) {
+    if (a->remote || !a->awaiting_name || (!key.empty() && a->remote_key != key)) continue;
+    a->awaiting_name = false;
+    if (a->st == actor_record::state::dead) continue;  // (killed meanwhile)
+    if (!why.empty()) {
+      actor_dead(*a, actor_error(*a, "could not start: " + why));  // its constructor never ran
+    } else if (std::exchange(a->start_deferred, false) && a->pending_ctor) {
+      start_constructed(a->pending_ctor);
+    }
+  }
+  dispatch();
 }
 
 object_entry* scheduler::offered_actor(const std::string& key) {

@@ -219,7 +219,13 @@ bool cluster_driver::find_actor_later(actor_asker asker) {
 }
 
 void cluster_driver::offer_actor(const std::string& key, std::uint64_t class_tag, const std::string& name) {
-  send_control(bridge::frame_type::host_actor, bridge::encode_actor_lookup({0, name, key, class_tag, {}}));
+  std::uint64_t request = 0;  // a named one waits for the head's answer (actor_found)
+  if (!name.empty()) {
+    std::lock_guard lock(mu_);
+    request = ++next_lookup_;
+    offering_[request] = key;
+  }
+  send_control(bridge::frame_type::host_actor, bridge::encode_actor_lookup({request, name, key, class_tag, {}}));
 }
 
 void cluster_driver::object_freed(const std::string& key) {
@@ -336,6 +342,7 @@ void cluster_driver::apply_loop() {
       return;  // nothing comes after the end
     }
     if (in.found) rt_.actor_found_for(in.found->first, in.found->second);
+    else if (in.offer_answer) rt_.offer_answered(in.offer_answer->first, in.offer_answer->second);
     else if (in.fetch) rt_.send_object(*in.fetch);
     else if (!in.killed.empty()) rt_.remote_actor_killed(in.killed, in.killed_why);
     else rt_.remote_finished(std::move(in.outcome));
@@ -379,14 +386,17 @@ void cluster_driver::on_frame(bridge::frame&& f) {
     inbound in;
     {
       std::lock_guard lock(mu_);
-      if (auto it = askers_.find(found.request); it != askers_.end()) {
+      if (auto offer = offering_.find(found.request); offer != offering_.end()) {
+        in.offer_answer.emplace(std::move(offer->second), found.why);
+        offering_.erase(offer);
+      } else if (auto it = askers_.find(found.request); it != askers_.end()) {
         in.found.emplace(std::move(it->second), std::move(found));
         askers_.erase(it);
       } else if (asking_.count(found.request)) {
         lookups_[found.request] = std::move(found);
       }
     }
-    if (in.found) to_applier(std::move(in));
+    if (in.found || in.offer_answer) to_applier(std::move(in));
     else cv_.notify_all();
   } else if (f.type == bridge::frame_type::actor_end) {  // another driver killed one of this driver's actors
     inbound in;
@@ -435,6 +445,7 @@ void cluster_driver::on_end(const std::string& why) {
       inbound_.push_back(std::move(in));
     }
     askers_.clear();
+    offering_.clear();  // (named actors waiting for the head's word start: cluster_lost)
     // After the outcomes that arrived before it: the applier fails what is left.
     inbound_.push_back({true, lost_, {}});
   }

@@ -129,6 +129,7 @@ class cluster_driver {
   std::map<std::uint64_t, bridge::actor_lookup> lookups_;  ///< answers to find_actor, until taken
   std::set<std::uint64_t> asking_;  ///< find_actor requests still waited for (later answers are dropped)
   std::map<std::uint64_t, actor_asker> askers_;  ///< find_actor_later requests, until answered
+  std::map<std::uint64_t, std::string> offering_;  ///< named actors offered, by request: their keys, until answered
   std::string lost_;
   struct outgoing {
     bridge::remote_task task;
@@ -151,6 +152,8 @@ class cluster_driver {
     std::optional<bridge::object_note> fetch;  ///< instead of an outcome: a node asks for an object
     std::string killed;  ///< instead of an outcome: another driver killed this driver's actor (its key)
     std::string killed_why;  ///< the head's reason, if it gave one
+    /// Instead of an outcome: the head's answer to the offer of a named actor (its key, why not).
+    std::optional<std::pair<std::string, std::string>> offer_answer;
     /// Instead of an outcome: the answer to a worker's lookup.
     std::optional<std::pair<actor_asker, bridge::actor_lookup>> found;
   };

@@ -431,7 +431,15 @@ void node_runtime::remote_actor_killed(const std::string& key, const std::string
 void node_runtime::offer_named(actor_record& a) {
   if (!cluster_ || serving_ || a.remote || !a.remote_key.empty()) return;  // (a node's go through the head)
   a.remote_key = cluster_->id() + "/d" + std::to_string(++remote_actors_);
+  a.awaiting_name = true;  // (it starts once the head took the name: two drivers may pick one at once)
   cluster_->offer_actor(a.remote_key, a.class_tag, a.name);
+}
+
+void node_runtime::offer_answered(const std::string& key, const std::string& why) {
+  process::context_use use;  // as in remote_finished
+  scheduler_lock lock(*this);
+  sched_->name_answered(key, why);
+  sched_->flush_dirty();
 }
 
 detail::ref_node* node_runtime::hosted_actor(const std::string& key) {
@@ -774,6 +782,7 @@ void node_runtime::cluster_lost(const std::string& why) {
   scheduler_lock lock(*this);
   sched_->fail_remote({ipc::error_kind::node_died, "manta::node_died_error", "the cluster is gone (" + why + ")", {},
                        {}, 0, 0, {}});
+  sched_->name_answered({}, {});  // named actors waiting for the head's word start here
   sched_->flush_dirty();
 }
 

@@ -131,6 +131,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// calls go through the head, and its handles going here do not end it.
   detail::ref_node* borrow_actor(const object_id& id, const std::string& key, std::uint64_t class_tag,
                                  const std::string& label);
+  /// The head's answer to the offer of named actor `key` (from the applier thread).
+  void offer_answered(const std::string& key, const std::string& why);
   /// Another driver killed this driver's actor `key`, or the head refused it
   /// (`why`), from the applier thread.
   void remote_actor_killed(const std::string& key, const std::string& why);

@@ -186,6 +186,10 @@ class scheduler {
   /// Another driver killed this driver's actor `key` (found by its name), or
   /// the head refused one this node offered (`why`): it is dead here too.
   void remote_actor_killed(const std::string& key, const std::string& why = {});
+  /// The head's answer to the offer of named actor `key` (every one waiting,
+  /// if `key` is empty: the cluster is gone): it starts, or, its name taken
+  /// there (`why`), it dies without its constructor having run.
+  void name_answered(const std::string& key, const std::string& why);
   /// The handle's entry (one more count) of the actor of this node offered to
   /// the cluster as `key` (cluster.hpp's on_driver_key), or nullptr once it is gone.
   object_entry* offered_actor(const std::string& key);
