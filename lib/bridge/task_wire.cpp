@@ -1,9 +1,12 @@
 // bridge/task_wire.cpp: tasks and outcomes as frame bodies:
-// [8-byte id][4-byte header length][JSON header][raw bytes].
+// [8-byte id][4-byte header length][binary header][raw bytes]. The small
+// frames (actor ends, lookups, object notes) are JSON: rare, and read by people.
 #include "bridge/task_wire.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -17,20 +20,107 @@ namespace {
 
 constexpr std::size_t prefix = sizeof(std::uint64_t) + sizeof(std::uint32_t);
 
-/// The id, the header's length and the header: what goes before the payload.
-std::string head_bytes(std::uint64_t id, const json& header) {
-  const std::string h = header.dump(-1, ' ', false, json::error_handler_t::replace);
-  const auto hlen = static_cast<std::uint32_t>(h.size());
-  std::string body(prefix, '\0');
-  std::memcpy(body.data(), &id, sizeof id);
-  std::memcpy(body.data() + sizeof id, &hlen, sizeof hlen);
-  body += h;
-  return body;
-}
+/// Writes a header's fields, little-endian as the host (every member runs the
+/// same binary, checked at join); a string is its 4-byte length, then its bytes.
+class header_writer {
+ public:
+  explicit header_writer(std::uint64_t id) : out_(prefix, '\0') { std::memcpy(out_.data(), &id, sizeof id); }
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  void put(T v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void put(std::string_view s) {
+    put(static_cast<std::uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void put(const std::string& s) { put(std::string_view(s)); }
+  void put(const std::vector<std::string>& v) {
+    put(static_cast<std::uint32_t>(v.size()));
+    for (const auto& s : v) put(s);
+  }
+  void put(const std::map<std::string, double>& m) {
+    put(static_cast<std::uint32_t>(m.size()));
+    for (const auto& [name, amount] : m) {
+      put(name);
+      put(amount);
+    }
+  }
+  /// The id, the header's length and the header: what goes before the payload.
+  std::string done() && {
+    const auto hlen = static_cast<std::uint32_t>(out_.size() - prefix);
+    std::memcpy(out_.data() + sizeof(std::uint64_t), &hlen, sizeof hlen);
+    return std::move(out_);
+  }
+
+ private:
+  std::string out_;
+};
+
+/// Reads what header_writer wrote; anything that runs past the header, a
+/// count larger than the bytes left could hold, or a number that is not
+/// finite is a wire_error naming `what` (a task, an outcome).
+class header_reader {
+ public:
+  header_reader(std::string_view header, const char* what) : in_(header), what_(what) {}
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  T get() {
+    T v;
+    std::memcpy(&v, take(sizeof v).data(), sizeof v);
+    if constexpr (std::is_floating_point_v<T>)
+      if (!std::isfinite(v)) fail("a number that is not finite");
+    return v;
+  }
+  bool flag() {
+    const auto b = get<std::uint8_t>();
+    if (b > 1) fail("a flag that is neither 0 nor 1");
+    return b == 1;
+  }
+  std::string text() {
+    const auto n = get<std::uint32_t>();
+    return std::string(take(n));
+  }
+  /// A count of items each at least `least` bytes long.
+  std::uint32_t count(std::size_t least) {
+    const auto n = get<std::uint32_t>();
+    if (n > in_.size() / least) fail("a count larger than its bytes");
+    return n;
+  }
+  std::vector<std::string> texts() {
+    std::vector<std::string> v(count(sizeof(std::uint32_t)));
+    for (auto& s : v) s = text();
+    return v;
+  }
+  std::map<std::string, double> amounts() {
+    std::map<std::string, double> m;
+    for (auto n = count(sizeof(std::uint32_t) + sizeof(double)); n > 0; --n) {
+      std::string name = text();
+      m[std::move(name)] = get<double>();
+    }
+    return m;
+  }
+  void end() const {
+    if (!in_.empty()) fail("bytes past its header's fields");
+  }
+  [[noreturn]] void fail(const char* why) const {
+    throw wire_error(std::string("manta bridge: a malformed ") + what_ + ": " + why);
+  }
+
+ private:
+  std::string_view take(std::size_t n) {
+    if (n > in_.size()) fail("a field runs past its header's end");
+    std::string_view s = in_.substr(0, n);
+    in_.remove_prefix(n);
+    return s;
+  }
+  std::string_view in_;
+  const char* what_;
+};
 
 struct parts {
   std::uint64_t id;
-  json header;
+  std::string_view header;
   std::string_view payload;    ///< what of it is in the body given
   std::uint64_t payload_size;  ///< its whole length
 };
@@ -43,90 +133,112 @@ parts split(std::string_view body, std::uint64_t total) {
   std::memcpy(&p.id, body.data(), sizeof p.id);
   std::memcpy(&hlen, body.data() + sizeof p.id, sizeof hlen);
   if (hlen > body.size() - prefix) throw wire_error("manta bridge: a task frame's header runs past its end");
-  try {
-    p.header = json::parse(body.substr(prefix, hlen));
-  } catch (const json::exception& e) {
-    throw wire_error(std::string("manta bridge: a task frame's header is not JSON: ") + e.what());
-  }
-  if (!p.header.is_object()) throw wire_error("manta bridge: a task frame's header is not an object");
+  p.header = body.substr(prefix, hlen);
   p.payload = body.substr(prefix + hlen);
   p.payload_size = total - prefix - hlen;
   return p;
 }
 parts split(std::string_view body) { return split(body, body.size()); }
 
+/// What a task's flags byte says.
+enum task_flags : std::uint8_t { is_actor = 1, is_named = 2, is_spilled = 4, retries_exceptions = 8 };
+
 }  // namespace
 
 std::string encode_task(const remote_task& t) { return encode_task_head(t) + t.args; }
 
 std::string encode_task_head(const remote_task& t) {
-  json h = {{"function", t.function},   {"name", t.name},
-            {"mode", t.mode},           {"num_returns", t.num_returns},
-            {"arg_count", t.arg_count}, {"num_cpus", t.num_cpus},
-            {"num_gpus", t.num_gpus},   {"resources", t.resources},
-            {"memory", t.memory},       {"max_retries", t.max_retries},
-            {"retry_exceptions", t.retry_exceptions}, {"timeout_ns", t.timeout_ns},
-            {"max_calls", t.max_calls}};
-  if (!t.actor.empty()) {
-    h["actor"] = t.actor;
-    h["max_restarts"] = t.max_restarts;
-    h["max_task_retries"] = t.max_task_retries;
-    h["max_concurrency"] = t.max_concurrency;
-    if (!t.actor_name.empty()) {
-      h["actor_name"] = t.actor_name;
-      h["class_tag"] = t.class_tag;
+  header_writer w(t.id);
+  std::uint8_t flags = 0;
+  if (!t.actor.empty()) flags |= is_actor;
+  if (!t.actor.empty() && !t.actor_name.empty()) flags |= is_named;
+  if (t.spilled) flags |= is_spilled;
+  if (t.retry_exceptions) flags |= retries_exceptions;
+  w.put(flags);
+  w.put(t.function);
+  w.put(t.name);
+  w.put(t.mode);
+  w.put(t.num_returns);
+  w.put(t.arg_count);
+  w.put(t.num_cpus);
+  w.put(t.num_gpus);
+  w.put(t.resources);
+  w.put(t.memory);
+  w.put(static_cast<std::int32_t>(t.max_retries));
+  w.put(t.timeout_ns);
+  w.put(static_cast<std::int32_t>(t.max_calls));
+  if (flags & is_actor) {
+    w.put(t.actor);
+    w.put(static_cast<std::int32_t>(t.max_restarts));
+    w.put(static_cast<std::int32_t>(t.max_task_retries));
+    w.put(static_cast<std::int32_t>(t.max_concurrency));
+    if (flags & is_named) {
+      w.put(t.actor_name);
+      w.put(t.class_tag);
     }
   }
-  if (!t.objects.empty()) h["objects"] = t.objects;
-  for (const auto& a : t.handles) h["handles"].push_back({a.id, a.key, a.class_tag, a.label});
-  if (!t.origin.empty()) h["origin"] = t.origin;
-  if (t.spilled) h["spilled"] = true;
-  if (!t.node.empty()) h["node"] = t.node;
-  if (!t.object.empty()) h["object"] = t.object;
-  return head_bytes(t.id, h);
+  w.put(t.objects);
+  w.put(static_cast<std::uint32_t>(t.handles.size()));
+  for (const auto& a : t.handles) {
+    w.put(a.id);
+    w.put(a.key);
+    w.put(a.class_tag);
+    w.put(a.label);
+  }
+  w.put(t.origin);
+  w.put(t.node);
+  w.put(t.object);
+  return std::move(w).done();
 }
 
 namespace {
 remote_task decode_task_header(const parts& p) {
   remote_task t;
   t.id = p.id;
-  try {
-    const json& h = p.header;
-    t.function = h.at("function").get<std::uint64_t>();
-    t.name = h.at("name").get<std::string>();
-    t.mode = h.at("mode").get<std::uint8_t>();
-    t.num_returns = h.at("num_returns").get<std::uint16_t>();
-    t.arg_count = h.at("arg_count").get<std::uint16_t>();
-    t.num_cpus = h.at("num_cpus").get<double>();
-    t.num_gpus = h.at("num_gpus").get<double>();
-    t.resources = h.at("resources").get<std::map<std::string, double>>();
-    t.memory = h.at("memory").get<std::uint64_t>();
-    t.max_retries = h.at("max_retries").get<int>();
-    t.retry_exceptions = h.at("retry_exceptions").get<bool>();
-    t.timeout_ns = h.at("timeout_ns").get<std::uint64_t>();
-    t.max_calls = h.at("max_calls").get<int>();
-    t.actor = h.value("actor", std::string());
-    t.max_restarts = h.value("max_restarts", 0);
-    t.max_task_retries = h.value("max_task_retries", 0);
-    t.max_concurrency = h.value("max_concurrency", 1);
-    t.actor_name = h.value("actor_name", std::string());
-    t.class_tag = h.value("class_tag", std::uint64_t{0});
-    t.objects = h.value("objects", std::vector<std::string>());
-    if (h.contains("handles"))
-      for (const json& a : h.at("handles")) {
-        remote_task::handle one{a.at(0).get<std::string>(), a.at(1).get<std::string>(), a.at(2).get<std::uint64_t>(),
-                                a.at(3).get<std::string>()};
-        if (one.id.size() != 32 || one.id.find_first_not_of("0123456789abcdef") != std::string::npos || one.key.empty())
-          throw wire_error("manta bridge: a task names an actor handle with a malformed id or key");
-        t.handles.push_back(std::move(one));
-      }
-    t.node = h.value("node", std::string());
-    t.object = h.value("object", std::string());
-    t.origin = h.value("origin", std::string());
-    t.spilled = h.value("spilled", false);
-  } catch (const json::exception& e) {
-    throw wire_error(std::string("manta bridge: a malformed task: ") + e.what());
+  header_reader r(p.header, "task");
+  const auto flags = r.get<std::uint8_t>();
+  if (flags > (is_actor | is_named | is_spilled | retries_exceptions) || ((flags & is_named) && !(flags & is_actor)))
+    r.fail("unknown flags");
+  t.function = r.get<std::uint64_t>();
+  t.name = r.text();
+  t.mode = r.get<std::uint8_t>();
+  t.num_returns = r.get<std::uint16_t>();
+  t.arg_count = r.get<std::uint16_t>();
+  t.num_cpus = r.get<double>();
+  t.num_gpus = r.get<double>();
+  t.resources = r.amounts();
+  t.memory = r.get<std::uint64_t>();
+  t.max_retries = r.get<std::int32_t>();
+  t.retry_exceptions = flags & retries_exceptions;
+  t.timeout_ns = r.get<std::uint64_t>();
+  t.max_calls = r.get<std::int32_t>();
+  if (flags & is_actor) {
+    t.actor = r.text();
+    if (t.actor.empty()) r.fail("an actor's call with no actor");
+    t.max_restarts = r.get<std::int32_t>();
+    t.max_task_retries = r.get<std::int32_t>();
+    t.max_concurrency = r.get<std::int32_t>();
+    if (flags & is_named) {
+      t.actor_name = r.text();
+      t.class_tag = r.get<std::uint64_t>();
+    }
   }
+  t.objects = r.texts();
+  for (auto n = r.count(3 * sizeof(std::uint32_t) + sizeof(std::uint64_t)); n > 0; --n) {
+    remote_task::handle one;
+    one.id = r.text();
+    one.key = r.text();
+    one.class_tag = r.get<std::uint64_t>();
+    one.label = r.text();
+    if (one.id.size() != 32 || one.id.find_first_not_of("0123456789abcdef") != std::string::npos || one.key.empty())
+      throw wire_error("manta bridge: a task names an actor handle with a malformed id or key");
+    t.handles.push_back(std::move(one));
+  }
+  t.origin = r.text();
+  t.node = r.text();
+  t.object = r.text();
+  t.spilled = flags & is_spilled;
+  r.end();
   if (t.num_returns == 0) throw wire_error("manta bridge: a task with no result");
   return t;
 }
@@ -155,41 +267,48 @@ std::string encode_outcome(const task_outcome& o) {
 }
 
 namespace {
-json error_json(const remote_error& e) {
-  return {{"kind", e.kind},         {"remote_type", e.remote_type}, {"message", e.message},
-          {"function", e.function}, {"chain", e.chain},             {"stack", e.stack},
-          {"pid", e.pid},           {"signal", e.signal}};
+void put_error(header_writer& w, const remote_error& e) {
+  w.put(e.kind);
+  w.put(e.remote_type);
+  w.put(e.message);
+  w.put(e.function);
+  w.put(e.chain);
+  w.put(e.stack);
+  w.put(e.pid);
+  w.put(e.signal);
 }
-remote_error read_error(const json& e) {
+remote_error read_error(header_reader& r) {
   remote_error out;
-  out.kind = e.at("kind").get<std::uint8_t>();
-  out.remote_type = e.at("remote_type").get<std::string>();
-  out.message = e.at("message").get<std::string>();
-  out.function = e.at("function").get<std::string>();
-  out.chain = e.at("chain").get<std::string>();
-  out.stack = e.at("stack").get<std::string>();
-  out.pid = e.at("pid").get<std::int32_t>();
-  out.signal = e.at("signal").get<std::int32_t>();
+  out.kind = r.get<std::uint8_t>();
+  out.remote_type = r.text();
+  out.message = r.text();
+  out.function = r.text();
+  out.chain = r.text();
+  out.stack = r.text();
+  out.pid = r.get<std::int32_t>();
+  out.signal = r.get<std::int32_t>();
   return out;
 }
 }  // namespace
 
 std::string encode_outcome_head(const task_outcome& o) {
-  json h = {{"ok", o.ok}, {"node", o.node}};
+  header_writer w(o.id);
+  w.put(static_cast<std::uint8_t>(o.ok));
+  w.put(o.node);
   if (o.ok) {
-    json values = json::array();
+    w.put(static_cast<std::uint32_t>(o.values.size()));
     for (const auto& v : o.values) {
-      json value = {{"tag", v.tag}, {"size", v.data().size()}};
-      if (!v.inside.empty()) value["inside"] = v.inside;
-      if (!v.id.empty()) value["id"] = v.id;
-      if (v.error) value["error"] = error_json(*v.error);
-      values.push_back(std::move(value));
+      w.put(v.tag);
+      w.put(static_cast<std::uint64_t>(v.data().size()));
+      w.put(v.inside);
+      w.put(v.id);
+      w.put(static_cast<std::uint8_t>(v.error.has_value()));
+      if (v.error) put_error(w, *v.error);
     }
-    h["values"] = std::move(values);
   } else {
-    h["error"] = error_json(o.error);
+    put_error(w, o.error);
   }
-  return head_bytes(o.id, h);
+  return std::move(w).done();
 }
 
 namespace {
@@ -199,36 +318,34 @@ template <class Take>
 task_outcome read_outcome(const parts& p, Take&& take) {
   task_outcome o;
   o.id = p.id;
-  try {
-    const json& h = p.header;
-    o.ok = h.at("ok").get<bool>();
-    o.node = h.at("node").get<std::string>();
-    if (o.ok) {
-      std::uint64_t at = 0;
-      const json& values = h.at("values");
-      for (std::size_t i = 0; i < values.size(); ++i) {
-        const auto size = values[i].at("size").get<std::uint64_t>();
-        if (size > p.payload_size - at) throw wire_error("manta bridge: an outcome's values run past its end");
-        o.values.push_back({values[i].at("tag").get<std::uint64_t>(), {}});
-        remote_value& v = o.values.back();
-        v.inside = values[i].value("inside", std::vector<std::string>());
-        v.id = values[i].value("id", std::string());
-        auto id_text = [](const std::string& t) {
-          return t.size() == 32 && t.find_first_not_of("0123456789abcdef") == std::string::npos;
-        };
-        if ((!v.id.empty() && !id_text(v.id)) || !std::all_of(v.inside.begin(), v.inside.end(), id_text))
-          throw wire_error("manta bridge: an outcome names an object id that is not 32 hex digits");
-        if (values[i].contains("error")) v.error = read_error(values[i].at("error"));
-        take(o.values.back(), at, size, i + 1 == values.size());
-        at += size;
-      }
-      if (at != p.payload_size) throw wire_error("manta bridge: an outcome with bytes past its values");
-    } else {
-      o.error = read_error(h.at("error"));
+  header_reader r(p.header, "outcome");
+  o.ok = r.flag();
+  o.node = r.text();
+  if (o.ok) {
+    std::uint64_t at = 0;
+    // (each value's fields take at least 25 bytes: tag, size, two counts, a flag)
+    const auto n = r.count(2 * sizeof(std::uint64_t) + 2 * sizeof(std::uint32_t) + 1);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      remote_value& v = o.values.emplace_back();
+      v.tag = r.get<std::uint64_t>();
+      const auto size = r.get<std::uint64_t>();
+      if (size > p.payload_size - at) throw wire_error("manta bridge: an outcome's values run past its end");
+      v.inside = r.texts();
+      v.id = r.text();
+      auto id_text = [](const std::string& t) {
+        return t.size() == 32 && t.find_first_not_of("0123456789abcdef") == std::string::npos;
+      };
+      if ((!v.id.empty() && !id_text(v.id)) || !std::all_of(v.inside.begin(), v.inside.end(), id_text))
+        throw wire_error("manta bridge: an outcome names an object id that is not 32 hex digits");
+      if (r.flag()) v.error = read_error(r);
+      take(v, at, size, i + 1 == n);
+      at += size;
     }
-  } catch (const json::exception& e) {
-    throw wire_error(std::string("manta bridge: a malformed outcome: ") + e.what());
+    if (at != p.payload_size) throw wire_error("manta bridge: an outcome with bytes past its values");
+  } else {
+    o.error = read_error(r);
   }
+  r.end();
   return o;
 }
 }  // namespace
