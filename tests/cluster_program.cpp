@@ -447,6 +447,20 @@ void launched(std::size_t nodes) {
   }
 }
 
+/// Whether every thread of process `pid` has stopped (SIGSTOP arrives at
+/// each thread in its own time: until then, they may still read).
+bool all_threads_stopped(int pid) {
+  std::error_code ec;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream f(t.path() / "stat");
+    std::string line;
+    std::getline(f, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'T') return false;
+  }
+  return !ec;
+}
+
 /// Bytes waiting unread in the TCP sockets of process `pid` (its link to the head).
 std::size_t tcp_bytes_unread(int pid) {
   std::set<std::string> mine;
@@ -526,20 +540,33 @@ void actors() {
   // node is frozen meanwhile, so it reads the call and its cancellation at once.
   auto busy = c.task(&Counter::nap).remote(300);
   ::kill(host, SIGSTOP);
+  check(wait_for([&] { return all_threads_stopped(host); }, std::chrono::seconds(1)), "the node stopped");
   const std::size_t unread = tcp_bytes_unread(host);
   auto dropped = c.task(&Counter::add).remote(1000);
+  // The call's frame reaches the frozen node's socket first (cancelled before
+  // its driver sent it, it would be dropped there, never reaching the node),
+  // then its 14-byte cancellation; the count is read until it stays put
+  // (heartbeats add 6 bytes each half second).
+  auto unread_grows_by = [&](std::size_t from, std::size_t by) {
+    std::size_t seen = 0, steady = 0;
+    const bool grew = wait_for(
+        [&] {
+          const std::size_t now = tcp_bytes_unread(host);
+          steady = now == seen ? steady + 1 : 0;
+          seen = now;
+          return now >= from + by && steady >= 5;
+        },
+        std::chrono::seconds(1));  // (frozen longer than 2.5 s, the node would be lost)
+    return std::make_pair(grew, seen);
+  };
+  const auto [call_arrived, with_call] = unread_grows_by(unread, 100);
   manta::cancel(dropped);
-  // Both wait in the frozen node's socket (the call's frame, then the 14-byte cancel) before it thaws.
-  std::size_t seen = 0, steady = 0;
-  wait_for(
-      [&] {
-        const std::size_t now = tcp_bytes_unread(host);
-        steady = now == seen ? steady + 1 : 0;
-        seen = now;
-        return now >= unread + 100 && steady >= 5;
-      },
-      std::chrono::seconds(10));
+  const auto [cancel_arrived, with_cancel] = unread_grows_by(with_call, 14);
   ::kill(host, SIGCONT);
+  check(call_arrived && cancel_arrived,
+        "the call, then its cancellation, reached the frozen node's socket (" + std::to_string(with_call - unread) +
+            " then " + std::to_string(with_cancel - with_call) + " bytes more than the " + std::to_string(unread) +
+            " unread before)");
   manta::get(busy);
   const int after_cancel = manta::get(c.task(&Counter::add).remote(1));
   check(after_cancel == 317, "a cancelled call queued on its node never ran (" + std::to_string(after_cancel) + ")");

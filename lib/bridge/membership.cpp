@@ -1644,8 +1644,8 @@ void head::stop_cluster() {
 // ---- a node's link
 
 node_link::node_link(const std::string& address, const std::string& token, node_info info,
-                     std::function<void(const std::string&)> on_end, std::function<void(frame&&)> on_frame)
-    : on_end_(std::move(on_end)), on_frame_(std::move(on_frame)) {
+                     std::function<void(const std::string&)> on_end, std::function<void(std::vector<frame>&&)> on_frames)
+    : on_end_(std::move(on_end)), on_frames_(std::move(on_frames)) {
   auto [host, port] = split_address(address);
   try {
     fd_ = connect_to(host, port, std::chrono::seconds(5));
@@ -1735,7 +1735,7 @@ void node_link::run() {
   std::string why;
   try {
     frame_decoder& in = in_;  // (what came with `joined` is in it already)
-    frame f;
+    std::vector<frame> batch;  // frames for on_frames_ that came together
     auto last_heard = io_clock::now();
     auto next_beat = io_clock::now();
     std::size_t seen = in.pending();
@@ -1762,17 +1762,20 @@ void node_link::run() {
         last_heard = io_clock::now();
         if (v.type == frame_type::stop) {
           why = v.body.empty() ? "the cluster was stopped" : std::string(v.body);
+          if (on_frames_ && !batch.empty()) on_frames_(std::move(batch));  // (what came before the stop)
           break;
         }
-        if (v.type == frame_type::heartbeat) continue;
         if (v.type == frame_type::part) {
-          std::optional<frame> whole = parts_.take(v.body);  // malformed: throws, and the link ends
-          if (!whole) continue;
-          f = std::move(*whole);
-        } else {
-          f = frame{v.type, std::string(v.body)};
+          if (std::optional<frame> whole = parts_.take(v.body))  // malformed: throws, and the link ends
+            batch.push_back(std::move(*whole));
+        } else if (v.type != frame_type::heartbeat) {
+          batch.push_back(frame{v.type, std::string(v.body)});
         }
-        if (on_frame_) on_frame_(std::move(f));
+        // Frames that came together are handed on together, once no whole one is left.
+        if (!batch.empty() && !in.has_frame()) {
+          if (on_frames_) on_frames_(std::move(batch));
+          batch.clear();
+        }
       } else if (io_clock::now() - last_heard > lost_after) {
         why = "the head was lost (no heartbeat for " + std::to_string(lost_after.count()) + " ms)";
         break;

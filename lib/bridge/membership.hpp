@@ -314,13 +314,15 @@ class node_link {
   /// @param on_end  called once, on the link's thread, when the cluster stops
   ///                or the head is lost, with why; it may destroy the link, and
   ///                may run while another thread's destructor waits for it
-  /// @param on_frame  called on the link's thread with every frame that is not
-  ///                  membership's own (tasks, outcomes, the node table); it
-  ///                  must not block. An exception from it ends the link.
+  /// @param on_frames  called on the link's thread with the frames that are not
+  ///                   membership's own (tasks, outcomes, the node table), in
+  ///                   order, those that came together in one call (so a
+  ///                   receiver hands them on together); it must not block.
+  ///                   An exception from it ends the link.
   /// @throws join_error saying why it could not join
   node_link(const std::string& address, const std::string& token, node_info info,
             std::function<void(const std::string& why)> on_end,
-            std::function<void(frame&&)> on_frame = {});
+            std::function<void(std::vector<frame>&&)> on_frames = {});
   ~node_link();
   node_link(const node_link&) = delete;
   node_link& operator=(const node_link&) = delete;
@@ -354,7 +356,7 @@ class node_link {
   std::atomic<bool> closing_{false};  ///< stop_sending was called
   std::string id_;
   std::function<void(const std::string&)> on_end_;
-  std::function<void(frame&&)> on_frame_;
+  std::function<void(std::vector<frame>&&)> on_frames_;
   std::thread thread_;
 };
 

@@ -185,6 +185,15 @@ std::size_t frame_decoder::wanted() const noexcept {
   return std::max(at_least, length > pending() ? length - pending() : 0);
 }
 
+bool frame_decoder::has_frame() const noexcept {
+  try {
+    const std::size_t length = frame_length();
+    return length != 0 && pending() >= length;
+  } catch (const wire_error&) {
+    return true;
+  }
+}
+
 std::optional<frame_view> frame_decoder::next_view() {
   const std::size_t length = frame_length();
   if (length == 0 || pending() < length) return std::nullopt;

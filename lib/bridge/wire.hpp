@@ -153,6 +153,9 @@ class frame_decoder {
   std::optional<frame_view> next_view();
   /// Bytes received and not yet handed out as frames.
   std::size_t pending() const noexcept { return end_ - start_; }
+  /// Whether a whole frame waits (next() hands it out without reading more);
+  /// true for a malformed one too (next() then says what is wrong).
+  bool has_frame() const noexcept;
   /// Changes the limit (raised once the peer has proved the token).
   void set_limit(std::size_t max_body) noexcept { max_body_ = max_body; }
 

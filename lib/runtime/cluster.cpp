@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -81,7 +82,7 @@ cluster_driver::cluster_driver(node_runtime& rt, const std::string& address, con
                        "driver"};
   link_ = std::make_unique<bridge::node_link>(
       address, token, std::move(me), [this](const std::string& why) { on_end(why); },
-      [this](bridge::frame&& f) { on_frame(std::move(f)); });
+      [this](std::vector<bridge::frame>&& frames) { on_frames(std::move(frames)); });
   try {
     sender_ = std::thread([this] { send_loop(); });
     applier_ = std::thread([this] { apply_loop(); });
@@ -119,6 +120,7 @@ void cluster_driver::leave() {
   }
   give_back(unsent);
   cv_.notify_all();
+  applier_cv_.notify_all();
   if (link_) link_->stop_sending();  // a long task going out stops at its next part (the head drops it)
   if (sender_.joinable()) sender_.join();
   if (applier_.joinable()) applier_.join();
@@ -314,7 +316,7 @@ void cluster_driver::send_loop() {
             std::lock_guard lock(mu_);
             inbound_.push_back({false, {}, std::move(out)});
           }
-          cv_.notify_all();
+          applier_cv_.notify_all();
         }
         give_back(o);  // sent: its arguments' pins go
       }
@@ -328,38 +330,46 @@ void cluster_driver::send_loop() {
 }
 
 void cluster_driver::apply_loop() {
+  std::deque<inbound> taken;
+  std::vector<bridge::task_outcome> outcomes;  // that came one after another: applied together
   for (;;) {
-    inbound in;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !inbound_.empty(); });
+      applier_cv_.wait(lock, [&] { return stopping_ || !inbound_.empty(); });
       if (stopping_) return;
-      in = std::move(inbound_.front());
-      inbound_.pop_front();
+      taken.swap(inbound_);
     }
-    if (in.end) {
-      rt_.cluster_lost(in.why);
-      return;  // nothing comes after the end
+    for (; !taken.empty(); taken.pop_front()) {
+      inbound& in = taken.front();
+      const bool outcome = !in.end && !in.found && !in.offer_answer && !in.fetch && in.killed.empty();
+      if (outcome) outcomes.push_back(std::move(in.outcome));
+      if (!outcomes.empty() && (!outcome || taken.size() == 1)) rt_.remote_finished(std::exchange(outcomes, {}));
+      if (outcome) continue;
+      if (in.end) {
+        rt_.cluster_lost(in.why);
+        return;  // nothing comes after the end
+      }
+      if (in.found) rt_.actor_found_for(in.found->first, in.found->second);
+      else if (in.offer_answer) rt_.offer_answered(in.offer_answer->first, in.offer_answer->second);
+      else if (in.fetch) rt_.send_object(*in.fetch);
+      else if (!in.killed.empty()) rt_.remote_actor_killed(in.killed, in.killed_why);
     }
-    if (in.found) rt_.actor_found_for(in.found->first, in.found->second);
-    else if (in.offer_answer) rt_.offer_answered(in.offer_answer->first, in.offer_answer->second);
-    else if (in.fetch) rt_.send_object(*in.fetch);
-    else if (!in.killed.empty()) rt_.remote_actor_killed(in.killed, in.killed_why);
-    else rt_.remote_finished(std::move(in.outcome));
   }
 }
 
 void cluster_driver::to_applier(inbound&& in) {
-  bool was_empty;
-  {
-    std::lock_guard lock(mu_);
-    was_empty = inbound_.empty();
-    inbound_.push_back(std::move(in));
-  }
-  if (was_empty) cv_.notify_all();  // (the applier sleeps only on an empty queue)
+  std::lock_guard lock(mu_);
+  inbound_.push_back(std::move(in));
+  unannounced_ = true;
 }
 
-void cluster_driver::on_frame(bridge::frame&& f) {
+void cluster_driver::on_frames(std::vector<bridge::frame>&& frames) {
+  for (auto& f : frames) take_frame(std::move(f));
+  // Frames that came together wake the applier once, after the last of them.
+  if (std::exchange(unannounced_, false)) applier_cv_.notify_one();
+}
+
+void cluster_driver::take_frame(bridge::frame&& f) {
   if (f.type == bridge::frame_type::run_task) {  // a call of an actor this node offered
     bridge::remote_task t = bridge::decode_task(std::move(f.body));  // malformed: throws, and the link ends
     {
@@ -450,6 +460,7 @@ void cluster_driver::on_end(const std::string& why) {
     inbound_.push_back({true, lost_, {}});
   }
   cv_.notify_all();
+  applier_cv_.notify_all();
   give_back(unsent);
 }
 
@@ -895,20 +906,28 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         done = true;
         cv.notify_all();
       },
-      [&](bridge::frame&& f) {
+      [&](std::vector<bridge::frame>&& frames) {
         // Only decoded here: the link's thread must keep reading (submitting may
-        // put large arguments into the arena, and spill).
-        arrival a;
-        if (f.type == bridge::frame_type::run_task) a.task = bridge::decode_task(std::move(f.body));  // malformed: the link ends
-        else if (f.type == bridge::frame_type::actor_end) a.end = bridge::decode_actor_end(f.body);
-        else if (f.type == bridge::frame_type::cancel_task && f.body.size() == sizeof(std::uint64_t))
-          std::memcpy(&a.cancel.emplace(), f.body.data(), sizeof(std::uint64_t));
-        else if (f.type == bridge::frame_type::object_lost || f.type == bridge::frame_type::object_freed)
-          a.note = bridge::decode_object_note(f.body), a.note_type = f.type;
-        else return;
+        // put large arguments into the arena, and spill). Frames that came
+        // together go to the serving thread together: a call and its cancel
+        // read at once are handled in one round (the call is dropped, not run).
+        std::vector<arrival> together;
+        for (bridge::frame& f : frames) {
+          arrival a;
+          if (f.type == bridge::frame_type::run_task) a.task = bridge::decode_task(std::move(f.body));  // malformed: the link ends
+          else if (f.type == bridge::frame_type::actor_end) a.end = bridge::decode_actor_end(f.body);
+          else if (f.type == bridge::frame_type::cancel_task && f.body.size() == sizeof(std::uint64_t))
+            std::memcpy(&a.cancel.emplace(), f.body.data(), sizeof(std::uint64_t));
+          else if (f.type == bridge::frame_type::object_lost || f.type == bridge::frame_type::object_freed)
+            a.note = bridge::decode_object_note(f.body), a.note_type = f.type;
+          else continue;
+          together.push_back(std::move(a));
+        }
+        if (together.empty()) return;
         std::lock_guard lock(mu);
-        inbox.push_back(std::move(a));
-        if (inbox.size() == 1) cv.notify_all();  // (the serving thread sleeps only on an empty inbox)
+        const bool was_empty = inbox.empty();
+        std::move(together.begin(), together.end(), std::back_inserter(inbox));
+        if (was_empty) cv.notify_all();  // (the serving thread sleeps only on an empty inbox)
       });
   const std::string me_id = link.node_id();
   std::fprintf(stderr, "manta: joined the cluster at %s as %s\n", address.c_str(), me_id.c_str());

@@ -107,7 +107,9 @@ class cluster_driver {
   bool ended() const noexcept { return ended_.load(std::memory_order_acquire); }
 
  private:
-  void on_frame(bridge::frame&& f);
+  void on_frames(std::vector<bridge::frame>&& frames);
+  /// What on_frames does with one frame (on the link's thread).
+  void take_frame(bridge::frame&& f);
   void on_end(const std::string& why);
   void send_loop();
   /// Hands outcomes to the runtime, off the link's thread (which must keep
@@ -158,8 +160,11 @@ class cluster_driver {
     std::optional<std::pair<actor_asker, bridge::actor_lookup>> found;
   };
   std::deque<inbound> inbound_;  // under mu_
-  /// Queues `in` for the applier thread (from the link's thread).
+  /// Queues `in` for the applier thread (from the link's thread), which
+  /// on_frame wakes once the frames that came together are all queued.
   void to_applier(inbound&& in);
+  bool unannounced_ = false;  ///< queued for the applier since it was last woken (the link's thread)
+  std::condition_variable applier_cv_;  ///< the applier waits on it (under mu_)
   bool stopping_ = false;
   bool left_ = false;
   std::atomic<bool> ended_{false};  ///< on_end ran

@@ -701,79 +701,92 @@ bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
   return cluster_->spare_cpus(t.options) > static_cast<double>(in_flight);
 }
 
-void node_runtime::remote_finished(bridge::task_outcome&& o) {
-  std::vector<ipc::value_location> values;
-  std::vector<std::vector<object_id>> inside;  // per result: the ids of the refs in it
-  ipc::error_info error;
-  if (!o.ok) error = from_remote(o.error);
+void node_runtime::remote_finished(std::vector<bridge::task_outcome>&& batch) {
+  /// An outcome made ready for the scheduler.
+  struct answer {
+    std::uint64_t id = 0;
+    std::vector<ipc::value_location> values;
+    std::vector<std::vector<object_id>> inside;  // per result: the ids of the refs in it
+    ipc::error_info error;
+    bool ok = true;
+  };
+  std::vector<answer> answers(batch.size());
   process::context_use use;  // the lock order: the context lock before the scheduler's (releases take it)
   // Held until the results hold them: what refs in the results name.
   std::vector<detail::ref_node*> held;
-  auto release_held = [&] {
-    for (auto* n : held) detail::release(n);
-    held.clear();
-  };
-  // Large results go into the arena before the scheduler's lock is taken: the
-  // copy of a gigabyte holds up no dispatch (remote_done frees them if unused).
-  try {
-    if (o.ok) {
-      // Objects the node made that the results' refs name come first, innermost first: kept
-      // here under the node's ids (those refs' bytes carry them).
-      auto ids = [](const std::vector<std::string>& texts) {
-        std::vector<object_id> out;
-        for (const auto& t : texts) {
-          auto id = id_from_text(t);
-          if (!id) throw usage_error("manta: a task's outcome from the cluster names a malformed object id");
-          out.push_back(*id);
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    bridge::task_outcome& o = batch[i];
+    answers[i].id = o.id;
+    auto& values = answers[i].values;
+    auto& inside = answers[i].inside;
+    auto& error = answers[i].error;
+    if (!o.ok) error = from_remote(o.error);
+    // Large results go into the arena before the scheduler's lock is taken: the
+    // copy of a gigabyte holds up no dispatch (remote_result frees them if unused).
+    try {
+      if (o.ok) {
+        // Objects the node made that the results' refs name come first, innermost first: kept
+        // here under the node's ids (those refs' bytes carry them).
+        auto ids = [](const std::vector<std::string>& texts) {
+          std::vector<object_id> out;
+          for (const auto& t : texts) {
+            auto id = id_from_text(t);
+            if (!id) throw usage_error("manta: a task's outcome from the cluster names a malformed object id");
+            out.push_back(*id);
+          }
+          return out;
+        };
+        for (const auto& v : o.values) {
+          if (v.id.empty()) continue;
+          auto id = id_from_text(v.id);
+          if (!id) throw usage_error("manta: a task's outcome from the cluster carries a malformed object id");
+          if (v.error) {
+            held.push_back(import_failed(*id, from_remote(*v.error)));
+            continue;
+          }
+          detail::encoded_value carried;
+          carried.type_tag = v.tag;
+          carried.borrowed = v.data().data();
+          carried.size = v.data().size();
+          carried.contained = ids(v.inside);
+          held.push_back(import_object(*id, carried));
         }
-        return out;
-      };
-      for (const auto& v : o.values) {
-        if (v.id.empty()) continue;
-        auto id = id_from_text(v.id);
-        if (!id) throw usage_error("manta: a task's outcome from the cluster carries a malformed object id");
-        if (v.error) {
-          held.push_back(import_failed(*id, from_remote(*v.error)));
-          continue;
+        for (const auto& v : o.values) {
+          if (!v.id.empty()) continue;
+          inside.push_back(ids(v.inside));
+          for (const object_id& id : inside.back()) {
+            object_entry* e = dir_->acquire(id);
+            if (!e)
+              throw usage_error("manta: a result from the cluster holds a ref to object " + id_text(id) +
+                                ", which this driver does not hold");
+            held.push_back(e);
+          }
+          values.push_back({v.tag, v.data().size(), ipc::no_offset, reinterpret_cast<const std::byte*>(v.data().data())});
         }
-        detail::encoded_value carried;
-        carried.type_tag = v.tag;
-        carried.borrowed = v.data().data();
-        carried.size = v.data().size();
-        carried.contained = ids(v.inside);
-        held.push_back(import_object(*id, carried));
       }
-      for (const auto& v : o.values) {
-        if (!v.id.empty()) continue;
-        inside.push_back(ids(v.inside));
-        for (const object_id& id : inside.back()) {
-          object_entry* e = dir_->acquire(id);
-          if (!e)
-            throw usage_error("manta: a result from the cluster holds a ref to object " + id_text(id) +
-                              ", which this driver does not hold");
-          held.push_back(e);
-        }
-        values.push_back({v.tag, v.data().size(), ipc::no_offset, reinterpret_cast<const std::byte*>(v.data().data())});
+      for (auto& v : values) {
+        if (v.size <= detail::max_inline_bytes) continue;
+        v.offset = store_->allocate(v.size);  // spills cold objects if it must
+        std::memcpy(arena_->base() + v.offset, v.inline_data, v.size);
       }
+    } catch (const std::exception&) {
+      for (auto& v : values)
+        if (v.offset != ipc::no_offset) store_->deallocate(std::exchange(v.offset, ipc::no_offset));
+      error = ipc::error_from_exception(std::current_exception(), o.error.function, pid_);
+      o.ok = false;
+      values.clear();
     }
-    for (auto& v : values) {
-      if (v.size <= detail::max_inline_bytes) continue;
-      v.offset = store_->allocate(v.size);  // spills cold objects if it must
-      std::memcpy(arena_->base() + v.offset, v.inline_data, v.size);
-    }
-  } catch (const std::exception&) {
-    for (auto& v : values)
-      if (v.offset != ipc::no_offset) store_->deallocate(std::exchange(v.offset, ipc::no_offset));
-    error = ipc::error_from_exception(std::current_exception(), o.error.function, pid_);
-    o.ok = false;
-    values.clear();
+    answers[i].ok = o.ok;
   }
   {
+    // Outcomes that came together are taken under one lock, then one dispatch
+    // sends the tasks they made room for.
     scheduler_lock lock(*this);
-    sched_->remote_done(o.id, values, inside, o.ok ? nullptr : &error);
-    sched_->flush_dirty();  // what its results let go, or told waiting workers
+    for (const answer& a : answers) sched_->remote_result(a.id, a.values, a.inside, a.ok ? nullptr : &a.error);
+    sched_->dispatch();
+    sched_->flush_dirty();  // what their results let go, or told waiting workers
   }
-  release_held();  // (the results hold them now, if they were sealed)
+  for (auto* n : held) detail::release(n);  // (the results hold them now, if they were sealed)
 }
 
 void node_runtime::cluster_lost(const std::string& why) {

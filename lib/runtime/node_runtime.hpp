@@ -113,8 +113,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// every other rank joined.
   /// @throws usage_error (or what the head throws) if it cannot
   void host_launch(const launch& l, const std::string& dir);
-  /// A remote task's outcome, from the cluster link's thread.
-  void remote_finished(bridge::task_outcome&& o);
+  /// Remote tasks' outcomes, as they came (from the cluster's applier thread).
+  void remote_finished(std::vector<bridge::task_outcome>&& batch);
   /// The cluster is gone: every remote task in flight fails with node_died_error.
   void cluster_lost(const std::string& why);
   /// A node asks for an object a remote task named (from the cluster's applier

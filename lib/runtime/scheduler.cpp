@@ -105,13 +105,18 @@ void scheduler::send_waiting_remote() {
     bool& flag;
     ~done_sending() { flag = false; }
   } at_end{sending_remote_};
-  std::size_t out = 0;
-  for (const task_spec* t : remote_) out += carried_bytes(*t);
+  if (remote_.empty()) remote_bytes_bound_ = 0;
   while (!remote_waiting_.empty() && remote_.size() < max_remote_in_flight) {
     task_spec* t = remote_waiting_.front();
     const std::size_t bytes = carried_bytes(*t);
-    if (!remote_.empty() && out + bytes > max_remote_bytes) break;  // (one goes whatever its size)
-    out += bytes;
+    if (!remote_.empty() && remote_bytes_bound_ + bytes > max_remote_bytes) {
+      // The bound counts what came back too: counted again, exactly (a sum
+      // over every task out, per task sent, was a fifth of a driver's time).
+      remote_bytes_bound_ = 0;
+      for (const task_spec* r : remote_) remote_bytes_bound_ += carried_bytes(*r);
+      if (remote_bytes_bound_ + bytes > max_remote_bytes) break;  // (one goes whatever its size)
+    }
+    remote_bytes_bound_ += bytes;
     if (auto why = host_.send_remote(*t)) {
       if (t->mode == detail::call_mode::construct) remote_constructor_failed(t, *why);
       else fail_task(t, std::move(*why));  // takes it out of remote_waiting_
@@ -145,8 +150,8 @@ bool cluster_failure(const ipc::error_info& e) {
 }
 }  // namespace
 
-void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_location> values,
-                            std::span<const std::vector<object_id>> inside, const ipc::error_info* error) {
+void scheduler::remote_result(std::uint64_t key, std::span<const ipc::value_location> values,
+                              std::span<const std::vector<object_id>> inside, const ipc::error_info* error) {
   // Values the caller already put into the arena (offset set) are freed unless sealed.
   auto free_placed = [&] {
     for (const auto& v : values)
@@ -158,7 +163,6 @@ void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_locati
   if (t->mode == detail::call_mode::construct) {  // a remote actor's start: its handle stands already
     if (error) remote_constructor_failed(t, *error);
     else finish_task(t);
-    dispatch();
     return;
   }
   if (error && t->spilled && cluster_failure(*error)) {
@@ -188,7 +192,6 @@ void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_locati
       for (std::size_t i = 0; i < at.size(); ++i)  // (those past `placed` the caller placed)
         if (at[i].offset != ipc::no_offset) store_.deallocate(at[i].offset);
       fail_task(t, ipc::error_from_exception(std::current_exception(), t->name(), 0));
-      dispatch();
       return;
     }
     for (std::size_t i = 0; i < at.size(); ++i) {
@@ -198,7 +201,6 @@ void scheduler::remote_done(std::uint64_t key, std::span<const ipc::value_locati
     tasks_finished_.fetch_add(1, std::memory_order_relaxed);
     finish_task(t);
   }
-  dispatch();
 }
 
 void scheduler::fail_remote(const ipc::error_info& why) {
@@ -253,6 +255,7 @@ void scheduler::dispatch() {
       // It would queue here while a node of the cluster has a CPU free: it goes there.
       t->remote = t->spilled = true;
       if (!host_.send_remote(*t)) {
+        remote_bytes_bound_ += carried_bytes(*t);
         graph_.enter(t, remote_);  // takes it out of the ready queue
         continue;
       }

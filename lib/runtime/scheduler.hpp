@@ -81,7 +81,7 @@ class scheduler_host {
   /// there), or a task timeout falls due before any it knew of.
   virtual void wake() = 0;
   /// Send `t` (task_spec::remote, its arguments sealed) to the cluster; its
-  /// outcome comes back through scheduler::remote_done. A failure if it cannot go.
+  /// outcome comes back through scheduler::remote_result. A failure if it cannot go.
   virtual std::optional<ipc::error_info> send_remote(task_spec& t) = 0;
   /// Whether `t`, which this node can never run, may go to the cluster (a
   /// node there has what it asks, and its arguments can travel).
@@ -149,9 +149,11 @@ class scheduler {
   /// A remote task's outcome: its results (`values`, one per return; inline
   /// data, copied into the arena when large; `inside`: the ids of the refs in
   /// each, objects in the directory) or its failure. A task cancelled
-  /// meanwhile is not there any more: nothing happens.
-  void remote_done(std::uint64_t key, std::span<const ipc::value_location> values,
-                   std::span<const std::vector<object_id>> inside, const ipc::error_info* error);
+  /// meanwhile is not there any more: nothing happens. Nothing is dispatched:
+  /// outcomes that came together are taken first, then one dispatch sends what
+  /// they made room for.
+  void remote_result(std::uint64_t key, std::span<const ipc::value_location> values,
+                     std::span<const std::vector<object_id>> inside, const ipc::error_info* error);
   /// The cluster is gone: every remote task sent and not answered fails with `why`.
   void fail_remote(const ipc::error_info& why);
   /// When the earliest task timeout falls due (time_point::max() if none).
@@ -342,6 +344,9 @@ class scheduler {
   /// arguments) stay bounded however many are submitted.
   static constexpr std::size_t max_remote_in_flight = 256;
   static constexpr std::size_t max_remote_bytes = 256u << 20;  ///< their arguments' bytes
+  /// At least the arguments' bytes of the tasks in remote_: added to as each
+  /// goes, counted exactly only when it would hold one back.
+  std::size_t remote_bytes_bound_ = 0;
   /// Sends waiting remote tasks while fewer than max_remote_in_flight are out.
   void send_waiting_remote();
   bool sending_remote_ = false;  ///< send_waiting_remote is on the stack (it may dispatch a remote actor's calls)
