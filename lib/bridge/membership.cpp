@@ -1733,9 +1733,9 @@ void node_link::send_locked(std::string_view header, std::string_view body) {
 
 void node_link::run() {
   std::string why;
+  std::vector<frame> batch;  // frames for on_frames_ that came together
   try {
     frame_decoder& in = in_;  // (what came with `joined` is in it already)
-    std::vector<frame> batch;  // frames for on_frames_ that came together
     auto last_heard = io_clock::now();
     auto next_beat = io_clock::now();
     std::size_t seen = in.pending();
@@ -1762,7 +1762,7 @@ void node_link::run() {
         last_heard = io_clock::now();
         if (v.type == frame_type::stop) {
           why = v.body.empty() ? "the cluster was stopped" : std::string(v.body);
-          if (on_frames_ && !batch.empty()) on_frames_(std::move(batch));  // (what came before the stop)
+          if (on_frames_ && !batch.empty()) on_frames_(std::exchange(batch, {}));  // (what came before the stop)
           break;
         }
         if (v.type == frame_type::part) {
@@ -1772,10 +1772,7 @@ void node_link::run() {
           batch.push_back(frame{v.type, std::string(v.body)});
         }
         // Frames that came together are handed on together, once no whole one is left.
-        if (!batch.empty() && !in.has_frame()) {
-          if (on_frames_) on_frames_(std::move(batch));
-          batch.clear();
-        }
+        if (!batch.empty() && !in.has_frame() && on_frames_) on_frames_(std::exchange(batch, {}));
       } else if (io_clock::now() - last_heard > lost_after) {
         why = "the head was lost (no heartbeat for " + std::to_string(lost_after.count()) + " ms)";
         break;
@@ -1783,6 +1780,13 @@ void node_link::run() {
     }
   } catch (const std::exception& e) {
     why = std::string("the head was lost: ") + e.what();
+  }
+  // Whole frames that came before a malformed one still count (outcomes of finished tasks).
+  if (!batch.empty() && on_frames_) {
+    try {
+      on_frames_(std::exchange(batch, {}));
+    } catch (const std::exception&) {  // (the link ends anyway)
+    }
   }
   // The last thing, from a copy of its own: the callback may destroy the link (and on_end_ with it).
   auto callback = std::move(on_end_);

@@ -342,8 +342,14 @@ void cluster_driver::apply_loop() {
     for (; !taken.empty(); taken.pop_front()) {
       inbound& in = taken.front();
       const bool outcome = !in.end && !in.found && !in.offer_answer && !in.fetch && in.killed.empty();
+      // A large result goes into the arena before it is sealed: one at a time,
+      // so that what came before it is sealed (and may be spilled) first.
+      const bool large = outcome && std::any_of(in.outcome.values.begin(), in.outcome.values.end(), [](const auto& v) {
+                           return v.data().size() > detail::max_inline_bytes;
+                         });
+      if (!outcomes.empty() && (!outcome || large)) rt_.remote_finished(std::exchange(outcomes, {}));
       if (outcome) outcomes.push_back(std::move(in.outcome));
-      if (!outcomes.empty() && (!outcome || taken.size() == 1)) rt_.remote_finished(std::exchange(outcomes, {}));
+      if (!outcomes.empty() && (large || taken.size() == 1)) rt_.remote_finished(std::exchange(outcomes, {}));
       if (outcome) continue;
       if (in.end) {
         rt_.cluster_lost(in.why);
@@ -365,28 +371,30 @@ void cluster_driver::to_applier(inbound&& in) {
 
 void cluster_driver::on_frames(std::vector<bridge::frame>&& frames) {
   for (auto& f : frames) take_frame(std::move(f));
-  // Frames that came together wake the applier once, after the last of them.
+  // Frames that came together wake the applier once, after the last of them,
+  // and reach the hosting thread together (a call and its cancel in one round).
   if (std::exchange(unannounced_, false)) applier_cv_.notify_one();
+  if (host_staged_.empty() && cancels_staged_.empty()) return;
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_) {
+      std::move(host_staged_.begin(), host_staged_.end(), std::back_inserter(host_inbox_));
+      host_cancels_.insert(host_cancels_.end(), cancels_staged_.begin(), cancels_staged_.end());
+      if (!host_inbox_.empty() && !host_.joinable()) host_ = std::thread([this] { host_loop(); });
+    }
+  }
+  host_staged_.clear();
+  cancels_staged_.clear();
+  cv_.notify_all();
 }
 
 void cluster_driver::take_frame(bridge::frame&& f) {
   if (f.type == bridge::frame_type::run_task) {  // a call of an actor this node offered
-    bridge::remote_task t = bridge::decode_task(std::move(f.body));  // malformed: throws, and the link ends
-    {
-      std::lock_guard lock(mu_);
-      if (stopping_) return;
-      host_inbox_.push_back(std::move(t));
-      if (!host_.joinable()) host_ = std::thread([this] { host_loop(); });
-    }
-    cv_.notify_all();
+    host_staged_.push_back(bridge::decode_task(std::move(f.body)));  // malformed: throws, and the link ends
   } else if (f.type == bridge::frame_type::cancel_task && f.body.size() == sizeof(std::uint64_t)) {
     std::uint64_t call = 0;  // a call of an offered actor, cancelled by its caller
     std::memcpy(&call, f.body.data(), sizeof call);
-    {
-      std::lock_guard lock(mu_);
-      host_cancels_.push_back(call);
-    }
-    cv_.notify_all();
+    cancels_staged_.push_back(call);
   } else if (f.type == bridge::frame_type::task_result) {
     inbound in;
     in.outcome = bridge::decode_outcome(std::move(f.body));  // malformed: throws, and the link ends

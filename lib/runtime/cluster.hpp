@@ -118,6 +118,10 @@ class cluster_driver {
   /// Runs the calls other nodes make on the actors this node offered, and
   /// answers them (started with the first call).
   void host_loop();
+  /// Calls and cancels of the frames on_frames is taking (the link's thread):
+  /// they reach host_inbox_ and host_cancels_ together.
+  std::vector<bridge::remote_task> host_staged_;
+  std::vector<std::uint64_t> cancels_staged_;
   std::deque<bridge::remote_task> host_inbox_;  // under mu_
   std::vector<std::uint64_t> host_cancels_;     ///< calls cancelled by their caller (under mu_)
   std::thread host_;

@@ -720,10 +720,10 @@ void node_runtime::remote_finished(std::vector<bridge::task_outcome>&& batch) {
     auto& values = answers[i].values;
     auto& inside = answers[i].inside;
     auto& error = answers[i].error;
-    if (!o.ok) error = from_remote(o.error);
     // Large results go into the arena before the scheduler's lock is taken: the
     // copy of a gigabyte holds up no dispatch (remote_result frees them if unused).
     try {
+      if (!o.ok) error = from_remote(o.error);
       if (o.ok) {
         // Objects the node made that the results' refs name come first, innermost first: kept
         // here under the node's ids (those refs' bytes carry them).
