@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bridge/wire.hpp"
+#include "ipc/frame.hpp"
 
 namespace manta::bridge {
 
@@ -57,17 +58,18 @@ class header_writer {
   std::string out_;
 };
 
-/// Reads what header_writer wrote; anything that runs past the header, a
-/// count larger than the bytes left could hold, or a number that is not
-/// finite is a wire_error naming `what` (a task, an outcome).
+/// Reads what header_writer wrote, with the bounds-checked reader of the
+/// runtime's own pipes; anything that runs past the header, a count larger
+/// than the bytes left could hold, a number that is not finite or bytes past
+/// the fields is a wire_error naming `what` (a task, an outcome).
 class header_reader {
  public:
-  header_reader(std::string_view header, const char* what) : in_(header), what_(what) {}
+  header_reader(std::string_view header, const char* what)
+      : in_(reinterpret_cast<const std::byte*>(header.data()), header.size()), what_(what) {}
   template <class T>
     requires std::is_arithmetic_v<T>
   T get() {
-    T v;
-    std::memcpy(&v, take(sizeof v).data(), sizeof v);
+    const T v = checked([&] { return in_.get<T>(); });
     if constexpr (std::is_floating_point_v<T>)
       if (!std::isfinite(v)) fail("a number that is not finite");
     return v;
@@ -78,14 +80,11 @@ class header_reader {
     return b == 1;
   }
   std::string text() {
-    const auto n = get<std::uint32_t>();
-    return std::string(take(n));
+    return checked([&] { return in_.string(); });
   }
   /// A count of items each at least `least` bytes long.
   std::uint32_t count(std::size_t least) {
-    const auto n = get<std::uint32_t>();
-    if (n > in_.size() / least) fail("a count larger than its bytes");
-    return n;
+    return static_cast<std::uint32_t>(checked([&] { return in_.count(least); }));
   }
   std::vector<std::string> texts() {
     std::vector<std::string> v(count(sizeof(std::uint32_t)));
@@ -101,20 +100,22 @@ class header_reader {
     return m;
   }
   void end() const {
-    if (!in_.empty()) fail("bytes past its header's fields");
+    if (in_.remaining() != 0) fail("bytes past its header's fields");
   }
   [[noreturn]] void fail(const char* why) const {
     throw wire_error(std::string("manta bridge: a malformed ") + what_ + ": " + why);
   }
 
  private:
-  std::string_view take(std::size_t n) {
-    if (n > in_.size()) fail("a field runs past its header's end");
-    std::string_view s = in_.substr(0, n);
-    in_.remove_prefix(n);
-    return s;
+  template <class Read>
+  auto checked(Read&& read) -> decltype(read()) {
+    try {
+      return read();
+    } catch (const ipc::protocol_error&) {
+      fail("a field runs past its header's end, or a count past its bytes");
+    }
   }
-  std::string_view in_;
+  ipc::frame_reader in_;
   const char* what_;
 };
 
