@@ -843,7 +843,7 @@ void cluster_driver::host_loop() {
       if (auto it = std::find_if(arrived.begin(), arrived.end(), [&](const auto& t) { return t.id == call; });
           it != arrived.end()) {
         answer(failed_outcome(call, {ipc::error_kind::cancelled, "manta::task_cancelled_error",
-                                     "manta: task was cancelled", it->name, {}, ::getpid(), 0, {}}));
+                                     "manta: task '" + it->name + "' was cancelled", it->name, {}, ::getpid(), 0, {}}));
         arrived.erase(it);
         continue;
       }
@@ -1152,25 +1152,25 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       // Not submitted yet: dropped; submitted: cancelled in this runtime (a
       // queued actor call is dropped, a running task's worker killed); its
       // outcome goes back as any other. Done already: nothing to do.
-      auto cancelled = [&] {
-        answer(failed_outcome(id, {ipc::error_kind::cancelled, "manta::task_cancelled_error", "manta: task was cancelled",
-                                   {}, {}, ::getpid(), 0, {}}));
+      auto cancelled = [&](const std::string& name) {
+        answer(failed_outcome(id, {ipc::error_kind::cancelled, "manta::task_cancelled_error",
+                                   "manta: task '" + name + "' was cancelled", name, {}, ::getpid(), 0, {}}));
       };
       auto is_it = [&](const arrival& a) { return !a.end && a.task.id == id; };
       if (auto queued = std::find_if(waiting.begin(), waiting.end(), is_it); queued != waiting.end()) {
+        cancelled(queued->task.name);
         waiting.erase(queued);
-        cancelled();
         continue;
       }
       if (auto call = std::find_if(actor_work.begin(), actor_work.end(), is_it); call != actor_work.end()) {
+        cancelled(call->task.name);
         actor_work.erase(call);
-        cancelled();
         continue;
       }
       auto waits = std::find_if(parked.begin(), parked.end(), is_it);
       if (waits != parked.end()) {
+        cancelled(waits->task.name);
         parked.erase(waits);
-        cancelled();
         unpark();  // (the calls of its actor behind it may go)
         continue;
       }

@@ -495,7 +495,13 @@ void scheduler::stop_task(task_spec* t, const ipc::error_info& err, int from) {
   if (t->actor && t->worker >= 0) return;  // its actor runs it: a method is never interrupted
   const std::uint64_t key = t->key;
   if (t->worker < 0) {  // not sent: ready, waiting on arguments, or in its actor's queue; or remote
-    if (t->in_lane == &remote_) host_.cancel_remote(t->key);  // its node stops it, or drops it if queued
+    if (t->in_lane == &remote_) {
+      host_.cancel_remote(t->key);  // its node stops it, or drops it if queued
+      // An actor's call on another node: dropped there if its actor was not
+      // sent it yet, else it runs (a method is never interrupted, as here).
+      // Its outcome says which: failing it now would say it never ran.
+      if (t->is_call()) return;
+    }
     fail_task(t, err);
   } else {
     // Running, or waiting in its worker's pipe: only ending the process stops it.
