@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -359,6 +360,11 @@ TEST(resources, an_actor_holds_its_cpus_for_its_life) {
   manta::kill(greedy);
   EXPECT_EQ(manta::get(waits, 10s), 1);
   manta::shutdown();
+}
+
+TEST(resources, an_actor_asking_a_negative_or_endless_amount_is_refused) {
+  for (double amount : {-1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()})
+    EXPECT_THROW(manta::actor<Counter>().resources({{"sensor", amount}}), manta::usage_error) << amount;
 }
 
 }  // namespace

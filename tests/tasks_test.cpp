@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <set>
 #include <stdexcept>
@@ -200,6 +201,19 @@ TEST(tasks_misuse, clear_usage_errors) {
   EXPECT_EQ(manta::get(manta::task(square).remote(3)), 3 * 3);
   manta::shutdown();
   EXPECT_THROW(manta::init({.address = "10.0.0.1:6379"}), manta::usage_error);
+}
+
+TEST(tasks_misuse, a_resource_asked_with_a_negative_or_endless_amount_is_refused) {
+  // A negative amount would add to its node's free resources while the task runs.
+  for (double amount : {-1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    try {
+      manta::task(square).resources({{"sensor", amount}});
+      FAIL() << amount;
+    } catch (const manta::usage_error& e) {
+      EXPECT_NE(std::string(e.what()).find("'sensor'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(manta::task(square).resources({{"sensor", 0}, {"lens", 0.5}}));
 }
 
 TEST(tasks_output, worker_lines_reach_the_driver_with_a_pid_prefix) {

@@ -173,8 +173,9 @@ class actor_builder {
     return *this;
   }
   /// Custom resources held for the actor's whole life.
+  /// @throws usage_error for an amount that is negative or not finite
   actor_builder& resources(std::map<std::string, double> r) {
-    options_.resources = std::move(r);
+    options_.resources = detail::checked_resources(std::move(r));
     return *this;
   }
   /// Bytes of the node's "memory" resource held for the actor's whole life.

@@ -89,8 +89,9 @@ class task_builder {
     return *this;
   }
   /// Custom resources the task holds while it runs, e.g. {{"sensor", 1}}.
+  /// @throws usage_error for an amount that is negative or not finite
   task_builder& resources(std::map<std::string, double> r) {
-    options_.resources = std::move(r);
+    options_.resources = detail::checked_resources(std::move(r));
     return *this;
   }
   /// Bytes of the node's memory (its "memory" resource, the machine's RAM unless

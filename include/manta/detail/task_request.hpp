@@ -33,6 +33,17 @@ struct task_options {
   int max_concurrency = 1;
 };
 
+/// What .resources(r) keeps. @throws usage_error naming the first resource
+/// asked with an amount that is negative or not finite (a negative one would
+/// add to what its node has free while the task runs).
+inline std::map<std::string, double> checked_resources(std::map<std::string, double> r) {
+  for (const auto& [name, amount] : r)
+    if (!(amount >= 0 && amount <= std::numeric_limits<double>::max()))
+      throw usage_error("manta: the resource '" + name + "' is asked with " + std::to_string(amount) +
+                        "; amounts must be finite and >= 0");
+  return r;
+}
+
 /// A .timeout(d) in nanoseconds; 0 (no limit) for one past what nanoseconds
 /// hold (292 years: `duration::max()` means "never").
 /// @throws usage_error unless positive.
