@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
   timeline->add_option("--output,-o", output, "where to write the trace")->required();
   timeline->add_option("--seconds", seconds, "how long to record, unless MANTA_TIMELINE records already")
       ->capture_default_str()
+      ->check(CLI::Number)
       ->check(CLI::Range(0.0, 60.0));
 
   manta::tools::dashboard_options board;
@@ -201,6 +202,7 @@ int main(int argc, char** argv) {
   start->add_option("--node-wait", cluster.node_wait_s,
                     "the head: how long work lost with its node (actors to restart, tasks to retry) waits for a "
                     "node that can take it, in seconds (0: it fails at once)")
+      ->check(CLI::Number)
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   start->add_option("--log-dir", cluster.log_dir, "where the head's log, address and token go")->capture_default_str();
