@@ -855,11 +855,14 @@ void cluster_driver::host_loop() {
           }
         }
     }
-    for (const auto& t : arrived) {
-      try {
-        start_call(t);
-      } catch (const std::exception&) {
-        answer(failed_outcome(t.id, ipc::error_from_exception(std::current_exception(), t.name, ::getpid())));
+    {
+      node_runtime::submission_batch batch(rt_);  // (the round's calls go in with one dispatch)
+      for (const auto& t : arrived) {
+        try {
+          start_call(t);
+        } catch (const std::exception&) {
+          answer(failed_outcome(t.id, ipc::error_from_exception(std::current_exception(), t.name, ::getpid())));
+        }
       }
     }
     try {
@@ -1194,7 +1197,11 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       break;
     }
     process::context_use use;
+    // Tasks of one round go into the runtime with one dispatch; an actor's
+    // end first lets what came before it in.
+    std::optional<node_runtime::submission_batch> batch;
     for (auto& a : arrived) {
+      if (a.end) batch.reset();
       if (a.end && parked_actors.count(a.end->actor) && a.end->kill) {
         // Killed while its constructor or calls wait for objects: they never run.
         std::erase_if(parked, [&](const arrival& p) {
@@ -1208,11 +1215,13 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       } else if (a.end && !parked_actors.count(a.end->actor)) {
         end_one(*a.end);
       } else if (!a.end && has_objects(a.task, objects) && !(!a.task.actor.empty() && parked_actors.count(a.task.actor))) {
+        if (!batch) batch.emplace(rt);
         submit_one(a.task);
       } else {
         park(std::move(a));  // (an end: behind its actor's parked calls)
       }
     }
+    batch.reset();
     auto sealed = [&](const job& j) { return !awaited(rt, j, objects); };
     if (!running.empty() && !lost && arrived.empty() && std::none_of(running.begin(), running.end(), sealed)) {
       // Nothing done yet: sleep until one of the oldest is (they mostly finish

@@ -36,7 +36,11 @@
 #endif
 
 namespace manta::runtime {
+
 namespace {
+
+/// A submission_batch lives on this thread: submit leaves its tasks queued.
+thread_local bool batching_submissions = false;
 
 /// Makes `dir` and its parents; false, with a warning, if it cannot, or if it
 /// is not this user's alone: the control socket, crash stacks and worker logs
@@ -1086,7 +1090,17 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   for (std::uint16_t i = 0; i < r.num_returns; ++i) returns[i] = t->returns[i];
   t->key = sched_->new_key();
   submissions_.push(t.release());
-  take_submissions();
+  if (!batching_submissions) take_submissions();
+}
+
+node_runtime::submission_batch::submission_batch(node_runtime& r) : r_(r), outer_(!batching_submissions) {
+  batching_submissions = true;
+}
+
+node_runtime::submission_batch::~submission_batch() {
+  if (!outer_) return;
+  batching_submissions = false;
+  r_.take_submissions();
 }
 
 void node_runtime::register_submissions() {

@@ -143,6 +143,21 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void actor_found_for(const cluster_driver::actor_asker& asker, const bridge::actor_lookup& found);
   std::vector<manta::node_info> cluster_nodes() override;
 
+  /// While one lives, this thread's submissions wait in the queue; they are
+  /// registered and dispatched together when it ends: the serving loops of a
+  /// cluster submit what came in one round with one dispatch, not one each.
+  class submission_batch {
+   public:
+    explicit submission_batch(node_runtime& r);
+    ~submission_batch();
+    submission_batch(const submission_batch&) = delete;
+    submission_batch& operator=(const submission_batch&) = delete;
+
+   private:
+    node_runtime& r_;
+    bool outer_;
+  };
+
  private:
   /// Holds mu_; on release, takes in the submissions queued meanwhile.
   class scheduler_lock {
