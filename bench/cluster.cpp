@@ -2,7 +2,8 @@
 // node measured in the same run.
 //   - empty tasks through the cluster (tasks asking for a resource only the
 //     nodes have), with one node and then two, against the same tasks run by
-//     the driver's own workers;
+//     the driver's own workers; one at a time, with the node idle and beside
+//     a running task;
 //   - bytes through the cluster: a task whose argument is a stored object of
 //     1 MiB / 16 MiB / 60 MiB / 1 GiB (it travels to the node, in parts past
 //     8 MiB) and one that returns as much (beside the same task run by the
@@ -26,6 +27,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -38,12 +40,16 @@
 namespace {
 
 int nothing() { return 0; }
+int nap(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return ms;
+}
 std::size_t size_of(std::span<const char> bytes) { return bytes.size(); }
 std::vector<char> bytes_of(std::size_t n) { return std::vector<char>(n, 'x'); }
 
 }  // namespace
 
-MANTA_REMOTE(nothing, size_of, bytes_of);
+MANTA_REMOTE(nothing, nap, size_of, bytes_of);
 
 namespace {
 
@@ -102,6 +108,21 @@ void rates(const char* label, int rounds, int tasks) {
   }
   std::printf("%-34s local %9.0f tasks/s   through the cluster %8.0f tasks/s   (%.3f of local)\n", label,
               median(local), median(remote), median(remote) / median(local));
+}
+
+/// The median round trip of an empty task through the cluster, one at a time;
+/// `beside_long` while a long task runs on the same (only) node.
+double round_trip_us(bool beside_long) {
+  std::optional<manta::object_ref<int>> long_task;
+  if (beside_long) long_task = manta::task(nap).resources({{"remote", 1}}).remote(5000);
+  std::vector<double> us;
+  for (int i = 0; i < 200; ++i) {
+    auto t0 = clock_type::now();
+    manta::get(manta::task(nothing).resources({{"remote", 1}}).remote());
+    us.push_back(seconds_since(t0) * 1e6);
+  }
+  if (long_task) manta::cancel(*long_task);  // (its worker is killed; the node goes on)
+  return median(us);
 }
 
 /// What loopback TCP carries alone on this machine: `bytes` from one thread
@@ -164,6 +185,8 @@ int main(int argc, char** argv) {
   manta::init({.num_workers = 2});
   std::printf("manta_cluster: %d rounds, medians; head and nodes on loopback, 2 workers each\n", rounds);
   rates("empty tasks, 1 node:", rounds, tasks);
+  std::printf("an empty task's round trip through the cluster, one at a time: %.0f us; beside a running task: %.0f us\n",
+              round_trip_us(false), round_trip_us(true));
   auto [second, took2] = start_node(self);
   starts.push_back(took2);
   while (alive_nodes() < 2) usleep(1000);

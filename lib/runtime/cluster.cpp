@@ -381,11 +381,13 @@ void cluster_driver::on_frames(std::vector<bridge::frame>&& frames) {
       std::move(host_staged_.begin(), host_staged_.end(), std::back_inserter(host_inbox_));
       host_cancels_.insert(host_cancels_.end(), cancels_staged_.begin(), cancels_staged_.end());
       if (!host_inbox_.empty() && !host_.joinable()) host_ = std::thread([this] { host_loop(); });
+      host_arrivals_.fetch_add(1);
     }
   }
   host_staged_.clear();
   cancels_staged_.clear();
   cv_.notify_all();
+  if (host_waits_.load()) rt_.wake_waiters();  // (it waits for results: what came may not wait for them)
 }
 
 void cluster_driver::take_frame(bridge::frame&& f) {
@@ -766,7 +768,7 @@ void cluster_driver::host_loop() {
   // once its results are sealed.
   std::vector<job> running;
   std::vector<detail::ref_node*> watch;
-  std::vector<bool> ready;
+  std::uint64_t taken_arrivals = 0;  ///< host_arrivals_ when the inbox was last taken
   const object_table none;  // (nothing here is a copy of another member's object)
   auto answer = [&](bridge::task_outcome o) {
     o.node = id();
@@ -835,6 +837,7 @@ void cluster_driver::host_loop() {
       if (stopping_ || !lost_.empty()) break;
       arrived.swap(host_inbox_);
       cancels.swap(host_cancels_);
+      taken_arrivals = host_arrivals_.load();
     }
     process::context_use use;
     for (std::uint64_t call : cancels) {
@@ -869,7 +872,10 @@ void cluster_driver::host_loop() {
       if (!running.empty() && std::all_of(running.begin(), running.end(), [&](const job& j) { return awaited(rt_, j, none); })) {
         watch.clear();
         for (std::size_t i = 0; i < running.size() && watch.size() < 32; ++i) watch.push_back(awaited(rt_, running[i], none));
-        rt_.wait(watch, 1, detail::clock::now() + std::chrono::milliseconds(2), ready);
+        host_waits_.store(true);
+        rt_.wait_any(watch, detail::clock::now() + std::chrono::milliseconds(2),
+                     [&] { return host_arrivals_.load() != taken_arrivals; });
+        host_waits_.store(false);
       }
       for (auto& j : running) {
         if (awaited(rt_, j, none)) continue;
@@ -905,6 +911,11 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   std::deque<arrival> inbox;  ///< from the head, not submitted yet
   std::string ended;
   bool done = false;
+  // Rounds of frames put into the inbox, and whether the serving thread waits
+  // in the runtime for results: frames that come meanwhile wake it, rather
+  // than wait for a result or the end of its wait.
+  std::atomic<std::uint64_t> arrivals{0};
+  std::atomic<bool> waits_for_results{false};
 
   rt.serve_cluster(address, token);  // (a driver too: its workers' tasks may go to other nodes)
   bridge::node_info me{host_name(),         static_cast<int>(::getpid()), rt.resources(false),
@@ -938,7 +949,9 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         std::lock_guard lock(mu);
         const bool was_empty = inbox.empty();
         std::move(together.begin(), together.end(), std::back_inserter(inbox));
+        arrivals.fetch_add(1);
         if (was_empty) cv.notify_all();  // (the serving thread sleeps only on an empty inbox)
+        if (waits_for_results.load()) rt.wake_waiters();
       });
   const std::string me_id = link.node_id();
   std::fprintf(stderr, "manta: joined the cluster at %s as %s\n", address.c_str(), me_id.c_str());
@@ -985,7 +998,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
 
   std::vector<job> running;
   std::vector<detail::ref_node*> watch;
-  std::vector<bool> ready;
+  std::uint64_t taken_arrivals = 0;  ///< `arrivals` when the inbox was last taken (under mu)
   std::string why;
   // Tasks go into the runtime 32 per worker at a time; the rest wait here. A
   // runtime's ready queue thousands long makes every dispatch scan it (tasks
@@ -1130,6 +1143,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         else waiting.push_back(std::move(a));
       }
       inbox.clear();
+      taken_arrivals = arrivals.load();
     }
     lost = false;
     if (!about_objects.empty()) {
@@ -1233,7 +1247,12 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         if (next) watch.push_back(next);
         else one_done = true;
       }
-      if (!one_done) rt.wait(watch, 1, detail::clock::now() + std::chrono::milliseconds(2), ready);
+      if (!one_done) {
+        waits_for_results.store(true);
+        rt.wait_any(watch, detail::clock::now() + std::chrono::milliseconds(2),
+                    [&] { return arrivals.load() != taken_arrivals; });
+        waits_for_results.store(false);
+      }
     }
     for (auto& j : running) {
       if (lost || !sealed(j)) continue;

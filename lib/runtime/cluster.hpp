@@ -122,6 +122,10 @@ class cluster_driver {
   /// they reach host_inbox_ and host_cancels_ together.
   std::vector<bridge::remote_task> host_staged_;
   std::vector<std::uint64_t> cancels_staged_;
+  /// Rounds of calls put into host_inbox_, and whether the hosting thread
+  /// waits in the runtime for results (calls that come meanwhile wake it).
+  std::atomic<std::uint64_t> host_arrivals_{0};
+  std::atomic<bool> host_waits_{false};
   std::deque<bridge::remote_task> host_inbox_;  // under mu_
   std::vector<std::uint64_t> host_cancels_;     ///< calls cancelled by their caller (under mu_)
   std::thread host_;

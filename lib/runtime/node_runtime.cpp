@@ -994,6 +994,20 @@ void node_runtime::wait(std::span<detail::ref_node* const> nodes, std::size_t nu
   for (std::size_t i = 0; i < es.size(); ++i) ready[i] = es[i]->status() != state_pending;
 }
 
+void node_runtime::wait_any(std::span<detail::ref_node* const> nodes, detail::deadline until,
+                            const std::function<bool()>& interrupted) {
+  call_guard guard(*this);
+  std::vector<object_entry*> es;
+  es.reserve(nodes.size());
+  for (auto* n : nodes) es.push_back(checked(n));
+  wait_until(
+      [&] {
+        return interrupted() ||
+               std::any_of(es.begin(), es.end(), [](object_entry* e) { return e->status() != state_pending; });
+      },
+      es, until);
+}
+
 detail::ref_node* node_runtime::ref_from_id(const object_id& id) {
   if ((id.hi >> 32) != epoch_ && !control_->holds_imports.load(std::memory_order_acquire))
     throw usage_error("manta: an object_ref from another runtime (or from before a shutdown) was read");

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -142,6 +143,13 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// The head's answer to a worker's lookup (from the applier thread).
   void actor_found_for(const cluster_driver::actor_asker& asker, const bridge::actor_lookup& found);
   std::vector<manta::node_info> cluster_nodes() override;
+
+  /// Waits until one of `nodes` is ready, or `until`, or `interrupted()`
+  /// (looked at whenever the wait wakes: wake_waiters() wakes it).
+  void wait_any(std::span<detail::ref_node* const> nodes, detail::deadline until,
+                const std::function<bool()>& interrupted);
+  /// Wakes the threads sleeping until an object is sealed (they look again).
+  void wake_waiters() { dir_->wake_all(); }
 
   /// While one lives, this thread's submissions wait in the queue; they are
   /// registered and dispatched together when it ends: the serving loops of a
