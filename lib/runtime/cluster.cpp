@@ -36,6 +36,15 @@ using nlohmann::json;
 
 namespace {
 
+/// Sets `flag` while it lives (and clears it on a throw too).
+struct raised {
+  explicit raised(std::atomic<bool>& f) : flag(f) { flag.store(true); }
+  ~raised() { flag.store(false); }
+  raised(const raised&) = delete;
+  raised& operator=(const raised&) = delete;
+  std::atomic<bool>& flag;
+};
+
 std::string host_name() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) return "localhost";
@@ -859,7 +868,7 @@ void cluster_driver::host_loop() {
         }
     }
     {
-      node_runtime::submission_batch batch(rt_);  // (the round's calls go in with one dispatch)
+      node_runtime::submission_batch batch(rt_);  // (the round's calls go in under one lock)
       for (const auto& t : arrived) {
         try {
           start_call(t);
@@ -872,10 +881,9 @@ void cluster_driver::host_loop() {
       if (!running.empty() && std::all_of(running.begin(), running.end(), [&](const job& j) { return awaited(rt_, j, none); })) {
         watch.clear();
         for (std::size_t i = 0; i < running.size() && watch.size() < 32; ++i) watch.push_back(awaited(rt_, running[i], none));
-        host_waits_.store(true);
+        raised waiting(host_waits_);
         rt_.wait_any(watch, detail::clock::now() + std::chrono::milliseconds(2),
                      [&] { return host_arrivals_.load() != taken_arrivals; });
-        host_waits_.store(false);
       }
       for (auto& j : running) {
         if (awaited(rt_, j, none)) continue;
@@ -1211,7 +1219,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       break;
     }
     process::context_use use;
-    // Tasks of one round go into the runtime with one dispatch; an actor's
+    // Tasks of one round go into the runtime under one lock; an actor's
     // end first lets what came before it in.
     std::optional<node_runtime::submission_batch> batch;
     for (auto& a : arrived) {
@@ -1248,10 +1256,9 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         else one_done = true;
       }
       if (!one_done) {
-        waits_for_results.store(true);
+        raised waiting(waits_for_results);
         rt.wait_any(watch, detail::clock::now() + std::chrono::milliseconds(2),
                     [&] { return arrivals.load() != taken_arrivals; });
-        waits_for_results.store(false);
       }
     }
     for (auto& j : running) {

@@ -153,7 +153,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
 
   /// While one lives, this thread's submissions wait in the queue; they are
   /// registered and dispatched together when it ends: the serving loops of a
-  /// cluster submit what came in one round with one dispatch, not one each.
+  /// cluster submit what came in one round under one lock, not one each.
   class submission_batch {
    public:
     explicit submission_batch(node_runtime& r);
