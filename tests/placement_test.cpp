@@ -45,7 +45,7 @@ struct placement_fixture : ::testing::Test {
     auto t = std::make_unique<task_spec>();
     t->key = ++next_key;
     t->fn = &fn;
-    t->need = std::move(need);
+    t->profile = new task_profile({}, std::move(need));
     for (auto* d : deps) {
       detail::acquire(d);
       t->deps.push_back(d);

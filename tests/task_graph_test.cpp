@@ -42,7 +42,9 @@ struct graph_fixture : ::testing::Test {
     auto t = std::make_unique<task_spec>();
     t->key = ++next_key;
     t->fn = &fn;
-    t->options.name = name;
+    detail::task_options named;
+    named.name = name;
+    t->profile = profile_of(std::move(named), detail::call_mode::call);
     t->parent = parent;
     for (auto* d : deps) {
       detail::acquire(d);
@@ -243,6 +245,42 @@ TEST_F(graph_fixture, random_operations_keep_the_graph_consistent) {
   graph.clear();
   for (auto& l : lanes) EXPECT_TRUE(l.empty());
   EXPECT_EQ(check(), "");
+}
+
+// A pending task points to its options: the defaults are shared, equal options
+// submitted one after another share one profile, and each keeps its own values.
+TEST(task_profile, tasks_with_equal_options_share_one_and_keep_their_own_values) {
+  const profile_ptr plain = profile_of({}, detail::call_mode::call);
+  EXPECT_EQ(plain, profile_of({}, detail::call_mode::call));
+  EXPECT_EQ(plain->need.cpu, 1);
+  EXPECT_EQ(plain, task_spec().profile) << "a new task has the defaults";
+
+  detail::task_options method;
+  method.num_cpus = 0;  // as actor_handle asks
+  const profile_ptr call = profile_of(std::move(method), detail::call_mode::method);
+  EXPECT_NE(call, plain);
+  EXPECT_TRUE(call->need.empty()) << "a method call holds nothing: its actor does";
+
+  detail::task_options gpu;
+  gpu.num_gpus = 1;
+  gpu.memory = 1000;
+  gpu.name = "render";
+  detail::task_options same = gpu;
+  const profile_ptr a = profile_of(std::move(gpu), detail::call_mode::call);
+  const profile_ptr b = profile_of(std::move(same), detail::call_mode::call);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a->options.name, "render");
+  EXPECT_EQ(a->need.gpu, 1);
+  EXPECT_EQ(a->need.custom.at("memory"), 1000);
+
+  detail::task_options other;
+  other.num_gpus = 1;
+  other.memory = 2000;
+  const profile_ptr c = profile_of(std::move(other), detail::call_mode::call);
+  EXPECT_NE(c, a);
+  EXPECT_EQ(c->need.custom.at("memory"), 2000);
+  EXPECT_EQ(a->need.custom.at("memory"), 1000) << "a's tasks keep theirs";
+  EXPECT_TRUE(c->options.name.empty());
 }
 
 }  // namespace

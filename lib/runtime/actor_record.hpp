@@ -28,16 +28,17 @@ struct actor_record {
   std::uint64_t class_tag = 0;
   std::string label;  ///< "Counter 'name'", for messages
   std::string name;   ///< registered name, or empty
-  detail::task_options options;
-  demand need;
-  std::vector<int> gpus;
+  profile_ptr profile = default_profile(false);  ///< its constructor's options and demand
+  const detail::task_options& options() const { return profile->options; }
+  const demand& need() const { return profile->need; }
+  pool_vector<int> gpus;
   bool holds_resources = false;
   // The constructor call, kept to run it again after a crash.
   const detail::function_info* ctor = nullptr;
   std::string ctor_args;
   std::uint16_t ctor_arg_count = 0;
-  std::vector<object_entry*> ctor_deps;       ///< counted
-  std::vector<object_entry*> ctor_contained;  ///< counted
+  pool_vector<object_entry*> ctor_deps;        ///< counted
+  pool_vector<object_entry*> ctor_contained;  ///< counted
   int host = -1;  ///< slot of its process
   int restarts = 0;
   bool killed = false;

@@ -29,10 +29,9 @@ bool scheduler::create_actor(task_spec* ctor) {
   actor_record& a = *actors_.back();
   a.entry = ctor->returns.at(0);
   a.class_tag = ctor->fn->class_tag;
-  a.name = ctor->options.name;
+  a.name = ctor->options().name;
   a.label = detail::actor_class_name(a.class_tag) + (a.name.empty() ? "" : " '" + a.name + "'");
-  a.options = ctor->options;
-  a.need = ctor->need;
+  a.profile = ctor->profile;
   a.remote = ctor->remote;
   a.pending_ctor = ctor;
   // The entry stands for the actor: handles point to it; it is never read as a value.
@@ -94,13 +93,14 @@ void scheduler::start_actor(actor_record& a) {
     return;
   }
   if (!a.holds_resources) {
-    if (!ledger_.fits(a.need)) {  // waits until tasks or actors give some back
+    if (!ledger_.fits(a.need())) {  // waits until tasks or actors give some back
       a.st = actor_record::state::waiting;
       if (std::find(waiting_actors_.begin(), waiting_actors_.end(), &a) == waiting_actors_.end())
         waiting_actors_.push_back(&a);
       return;
     }
-    a.gpus = ledger_.take(a.need);
+    const std::vector<int> ids = ledger_.take(a.need());
+    a.gpus.assign(ids.begin(), ids.end());
     a.holds_resources = true;
   }
   if (a.host < 0) {
@@ -133,7 +133,7 @@ void scheduler::send_constructor(worker_link& host, actor_record& a) {
   t->mode = detail::call_mode::construct;
   t->arg_count = a.ctor_arg_count;
   t->args = a.ctor_args;
-  t->options = a.options;
+  t->profile = a.profile;
   t->actor = &a;
   if (cfg_.timeline && cfg_.timeline->on()) t->submitted_ns = observe::now_ns();  // sent to its new process now
   for (auto* e : a.ctor_deps) {
@@ -181,11 +181,11 @@ void scheduler::actor_dispatch(actor_record& a) {
   // A call reading stored objects waits until the actor has room to run it: sent
   // early, its arguments would stay pinned in the arena, unspillable.
   const auto busy = [&] {
-    return static_cast<int>(w.place.in_flight.size()) >= std::max(1, a.options.max_concurrency);
+    return static_cast<int>(w.place.in_flight.size()) >= std::max(1, a.options().max_concurrency);
   };
   // A call with a timeout is timed from when it is sent: it waits for a free thread.
   const auto waits_for_room = [](const task_spec& t) {
-    return t.options.timeout_ns != 0 || placement::has_stored_inputs(t);
+    return t.options().timeout_ns != 0 || placement::has_stored_inputs(t);
   };
   while (!a.queue.empty() && a.queue.front()->pending_deps == 0 && a.st == actor_record::state::alive &&
          !(waits_for_room(*a.queue.front()) && busy())) {
@@ -193,7 +193,7 @@ void scheduler::actor_dispatch(actor_record& a) {
     sent = true;
   }
   // With several calls at once, one in flight may wait for one of these: send now.
-  if (sent && a.options.max_concurrency > 1) mark_dirty(w, true);
+  if (sent && a.options().max_concurrency > 1) mark_dirty(w, true);
 }
 
 void scheduler::actor_host_died(worker_link& w, const std::string& cause) {
@@ -210,7 +210,7 @@ void scheduler::actor_host_died(worker_link& w, const std::string& cause) {
   }
   close_link(w);
   const bool restart = a.st != actor_record::state::dead && !stopping_ && !lost_ &&
-                       (a.options.max_restarts < 0 || a.restarts < a.options.max_restarts);
+                       (a.options().max_restarts < 0 || a.restarts < a.options().max_restarts);
   if (restart) {
     ++a.restarts;
     actor_restarts_.fetch_add(1, std::memory_order_relaxed);
@@ -219,7 +219,7 @@ void scheduler::actor_host_died(worker_link& w, const std::string& cause) {
       task_spec* t = *it;
       if (w.killed_to_cancel) {  // killed for another call's timeout: not this one's fault
         graph_.enter(t, a.queue, /*at_front=*/true);
-      } else if (a.options.max_task_retries < 0 || t->attempts < a.options.max_task_retries) {
+      } else if (a.options().max_task_retries < 0 || t->attempts < a.options().max_task_retries) {
         ++t->attempts;
         task_retries_.fetch_add(1, std::memory_order_relaxed);
         graph_.enter(t, a.queue, /*at_front=*/true);
@@ -280,7 +280,7 @@ void scheduler::actor_dead(actor_record& a, const ipc::error_info& why) {
 
 void scheduler::give_back_resources(actor_record& a) {
   if (!a.holds_resources) return;
-  ledger_.give(a.need, a.gpus);
+  ledger_.give(a.need(), a.gpus);
   a.gpus.clear();
   a.holds_resources = false;
 }

@@ -40,30 +40,39 @@ struct subscriber {
   std::uint64_t generation;
 };
 
+/// What waits for an entry to be sealed: out of line, made for the first
+/// waiter, as most entries never have one (a pending task's return is one of a
+/// million). Both lists are the scheduler's, under its mutex.
+struct entry_waiters : pool_allocated {
+  pool_vector<subscriber> subscribers;  ///< workers (or nodes) to tell
+  pool_vector<task_spec*> dependents;   ///< the task graph's: tasks waiting for it
+};
+
 struct object_entry final : detail::ref_node, pool_allocated {
   ~object_entry() override;
 
   std::atomic<std::uint32_t> state{state_pending};
   std::int32_t owner = 0;  ///< pid of the process that made it (manta memory)
-  // Set once before the entry is sealed, immutable afterwards.
-  std::uint64_t type_tag = 0;
-  std::uint64_t size = 0;
+  // Set once before the entry is sealed, immutable afterwards (beside owner: an
+  // entry stays in the allocator's 224-byte bin).
   bool large = false;  ///< its bytes live in the arena (or the spill file), not inline
   bool on_nodes = false;  ///< a remote task named it: nodes of the cluster may keep copies
+  std::uint64_t type_tag = 0;
+  std::uint64_t size = 0;
   std::string inline_bytes;
   ipc::failure_ptr error;  ///< set when it failed
-  std::vector<detail::ref_node*> contained;  ///< counted refs serialised inside
+  pool_vector<detail::ref_node*> contained;  ///< counted refs serialised inside
   object_store* store = nullptr;             ///< owner of the extent; null once it is unmapped
   // Where a large object's bytes are: moved only by the store, never while pinned.
   std::uint64_t offset = ipc::no_offset;  ///< arena extent, or no_offset (inline, or spilled)
   std::uint64_t spill_at = 0;             ///< its range of the spill file, while spilled
   /// Readers that need the bytes in place, or spilled_mark while they are on disk.
   std::atomic<std::int32_t> pins{0};
-  std::atomic<std::uint64_t> last_use{0};  ///< when it was last pinned or sealed
+  /// When it was last pinned or sealed: the store's clock, in 32 bits (the
+  /// store compares ages, which wrap correctly).
+  std::atomic<std::uint32_t> last_use{0};
   actor_record* actor = nullptr;   ///< set when this entry is an actor (what handles point to)
   const detail::function_info* made_by = nullptr;  ///< the task whose result it is; null: a put
-  /// Workers to tell when it is sealed (the scheduler's, under its mutex).
-  std::vector<subscriber> subscribers;
 
   static constexpr std::int32_t spilled_mark = INT32_MIN;
 
@@ -72,12 +81,22 @@ struct object_entry final : detail::ref_node, pool_allocated {
   const std::byte* data() const noexcept {
     return large ? store->base() + offset : reinterpret_cast<const std::byte*>(inline_bytes.data());
   }
+  /// Tells `s` when it is sealed (the scheduler's, under its mutex).
+  void subscribe(subscriber s) { waiters().subscribers.push_back(s); }
+  /// Whom to tell, now that it was sealed (the scheduler's, under its mutex).
+  pool_vector<subscriber> take_subscribers() {
+    return waiters_ ? std::move(waiters_->subscribers) : pool_vector<subscriber>();
+  }
 
  private:
   // The task graph's edges: only it reads or writes them (task_graph.hpp).
   friend class task_graph;
+  entry_waiters& waiters() {
+    if (!waiters_) waiters_.reset(new entry_waiters);
+    return *waiters_;
+  }
   task_spec* producer_ = nullptr;  ///< the task that will seal it, until it is done
-  std::vector<task_spec*> dependents_;  ///< tasks waiting for it to be sealed
+  std::unique_ptr<entry_waiters> waiters_;  ///< null until something waits
 };
 
 class task_graph;

@@ -52,7 +52,7 @@ void scheduler::handle(worker_link& w, const ipc::frame& f) {
           continue;
         }
         subscriber s{w.slot, w.generation};
-        if (e->status() == state_pending) e->subscribers.push_back(s);
+        if (e->status() == state_pending) e->subscribe(s);
         else notify(s, e);
       }
       break;
@@ -154,8 +154,8 @@ void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
     finish_task(t);
     if (actor) actor_dispatch(*actor);  // a call held back for room may go now
   } else {
-    bool retry = t->options.retry_exceptions && m.error.kind == ipc::error_kind::task_exception &&
-                 (t->options.max_retries < 0 || t->attempts < t->options.max_retries);
+    bool retry = t->options().retry_exceptions && m.error.kind == ipc::error_kind::task_exception &&
+                 (t->options().max_retries < 0 || t->attempts < t->options().max_retries);
     if (retry) {
       ++t->attempts;
       task_retries_.fetch_add(1, std::memory_order_relaxed);
@@ -210,7 +210,7 @@ void scheduler::on_submit(worker_link& w, const ipc::submit& m) {
             m.returns.begin() + static_cast<std::ptrdiff_t>(i))
       throw ipc::protocol_error("manta: nested task with a foreign or reused id");
   }
-  std::vector<object_entry*> deps;
+  pool_vector<object_entry*> deps;
   for (const auto& id : m.deps) {
     object_entry* e = dir_.acquire(id);
     if (!e) {
@@ -229,7 +229,7 @@ void scheduler::on_submit(worker_link& w, const ipc::submit& m) {
   t->mode = m.mode;
   t->num_returns = static_cast<std::uint16_t>(m.returns.size());
   t->arg_count = m.arg_count;
-  t->options = m.options;
+  t->profile = profile_of(detail::task_options(m.options), m.mode);
   t->deps = std::move(deps);
   if (actor_entry) {
     detail::acquire(actor_entry);
@@ -254,7 +254,7 @@ void scheduler::on_submit(worker_link& w, const ipc::submit& m) {
   t->key = new_key();
   if (cfg_.timeline && cfg_.timeline->on()) t->submitted_ns = observe::now_ns();
   const bool named_for_cluster =
-      m.mode == detail::call_mode::construct && !t->options.name.empty() && host_.names_in_cluster();
+      m.mode == detail::call_mode::construct && !t->options().name.empty() && host_.names_in_cluster();
   if (auto why = admit(*t); (why || named_for_cluster) && host_.cluster_can_run(*t)) {
     // Another node of the cluster has what it asks; or a node's named actor,
     // placed by the head (here too, maybe) so that its name is the cluster's.

@@ -277,8 +277,7 @@ void local_runtime::submit(detail::task_request&& r, detail::ref_node** returns)
   const bool construct = r.mode == detail::call_mode::construct;
   const std::string name = r.options.name.empty() ? r.function->name : r.options.name;
   if (r.mode != detail::call_mode::method) {
-    demand need;
-    if (auto why = check_demand(ledger_, r.options, construct, name, need)) throw usage_error(*why);
+    if (auto why = check_demand(ledger_, r.options, demand_of(r.options), construct, name)) throw usage_error(*why);
   }
   if (r.mode == detail::call_mode::method && !static_cast<object*>(r.actor)->actor)
     throw usage_error("manta: a method call on something that is not an actor");

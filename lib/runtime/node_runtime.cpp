@@ -467,7 +467,7 @@ void node_runtime::send_object(const bridge::object_note& ask) {
     // once sealed (the task waits on its node meanwhile).
     auto [asks, first] = asked_pending_.try_emplace(e);
     asks->second.push_back(ask);
-    if (first) e->subscribers.push_back({subscriber::cluster, 0});
+    if (first) e->subscribe({subscriber::cluster, 0});
     else detail::release(e);  // (one count per entry)
     return;
   }
@@ -580,27 +580,27 @@ std::optional<ipc::error_info> node_runtime::send_remote(task_spec& t) {
   out.mode = static_cast<std::uint8_t>(t.mode);
   out.num_returns = t.num_returns;
   out.arg_count = t.arg_count;
-  out.num_cpus = t.options.num_cpus;
-  out.num_gpus = t.options.num_gpus;
-  out.resources = t.options.resources;
-  out.memory = t.options.memory;
-  out.max_retries = t.options.max_retries;
-  out.retry_exceptions = t.options.retry_exceptions;
-  out.timeout_ns = t.options.timeout_ns;
-  out.max_calls = t.options.max_calls;
+  out.num_cpus = t.options().num_cpus;
+  out.num_gpus = t.options().num_gpus;
+  out.resources = t.options().resources;
+  out.memory = t.options().memory;
+  out.max_retries = t.options().max_retries;
+  out.retry_exceptions = t.options().retry_exceptions;
+  out.timeout_ns = t.options().timeout_ns;
+  out.max_calls = t.options().max_calls;
   if (t.mode == detail::call_mode::construct) {
     // Its key in the cluster: unique there, as this driver's id is.
     t.actor->remote_key = cluster_->id() + "/" + std::to_string(++remote_actors_);
-    out.max_restarts = t.options.max_restarts;
-    out.max_task_retries = t.options.max_task_retries;
-    out.max_concurrency = t.options.max_concurrency;
+    out.max_restarts = t.options().max_restarts;
+    out.max_task_retries = t.options().max_task_retries;
+    out.max_concurrency = t.options().max_concurrency;
   }
   if (t.actor) out.actor = t.actor->remote_key;
   // A node's task serves the program of the driver whose task submitted it.
   out.origin = serving_ && t.origin != 0 ? origins_[t.origin] : cluster_->id();
   out.spilled = t.spilled;
-  if (t.mode == detail::call_mode::construct && !t.options.name.empty()) {
-    out.actor_name = t.options.name;  // get_actor finds it from any driver
+  if (t.mode == detail::call_mode::construct && !t.options().name.empty()) {
+    out.actor_name = t.options().name;  // get_actor finds it from any driver
     out.class_tag = t.fn->class_tag;
   }
   const std::string_view actor_key = t.actor ? std::string_view(t.actor->remote_key) : std::string_view();
@@ -684,7 +684,7 @@ bool may_go_elsewhere(const task_spec& t) { return runs_anywhere(t) || t.mode ==
 }  // namespace
 
 bool node_runtime::cluster_can_run(const task_spec& t) {
-  return cluster_ && may_go_elsewhere(t) && cluster_->lacking(t.options).empty();
+  return cluster_ && may_go_elsewhere(t) && cluster_->lacking(t.options()).empty();
 }
 
 void node_runtime::end_remote_actor(const std::string& key, bool kill) {
@@ -702,7 +702,7 @@ bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
   if (!t.contained.empty() || std::any_of(t.deps.begin(), t.deps.end(), [](auto* e) { return !e->contained.empty(); }))
     for (const object_entry* e : contained_in(t))  // (it would wait there for one not made yet)
       if ((e->actor && !travels(*e)) || e->status() != state_ready) return false;
-  return cluster_->spare_cpus(t.options) > static_cast<double>(in_flight);
+  return cluster_->spare_cpus(t.options()) > static_cast<double>(in_flight);
 }
 
 void node_runtime::remote_finished(std::vector<bridge::task_outcome>&& batch) {
@@ -1048,7 +1048,7 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   t->mode = r.mode;
   t->num_returns = r.num_returns;
   t->arg_count = r.arg_count;
-  t->options = std::move(r.options);
+  t->profile = profile_of(std::move(r.options), r.mode);
   t->local_only = serving_;  // the head placed it here: it never spills back
   if (serving_) t->origin = submitting_origin;
   if (timeline_.on()) t->submitted_ns = observe::now_ns();
@@ -1057,10 +1057,10 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   // another node of the cluster, arguments resolved to values.
   if (auto why = sched_->admit(*t)) {
     if (!cluster_ || serving_ || !may_go_elsewhere(*t)) throw usage_error(*why);
-    if (std::string lack = cluster_->lacking(t->options); !lack.empty()) throw usage_error(*why + "; and " + lack);
+    if (std::string lack = cluster_->lacking(t->options()); !lack.empty()) throw usage_error(*why + "; and " + lack);
     t->remote = true;
   }
-  std::vector<object_entry*> contained;
+  pool_vector<object_entry*> contained;
   try {
     for (const auto& id : r.contained) contained.push_back(static_cast<object_entry*>(ref_from_id(id)));
   } catch (...) {
@@ -1087,17 +1087,17 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
     t->actor = t->new_actor.get();
     t->actor->class_tag = t->fn->class_tag;
     t->returns[0]->actor = t->actor;
-    if (!t->options.name.empty()) {
+    if (!t->options().name.empty()) {
       bool reserved;
       {
         scheduler_lock lock(*this);
-        reserved = sched_->reserve_name(t->options.name, t->returns[0]);
+        reserved = sched_->reserve_name(t->options().name, t->returns[0]);
       }
       if (!reserved) {
         // The caller never gets the entry: dropping the task's holds frees it.
         t->returns[0]->actor = nullptr;
         detail::release(t->returns[0]);
-        throw usage_error("manta: an actor named '" + t->options.name + "' already exists");
+        throw usage_error("manta: an actor named '" + t->options().name + "' already exists");
       }
     }
   }

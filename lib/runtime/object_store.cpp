@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -31,13 +32,14 @@ std::uint64_t object_store::allocate_locked(std::size_t size) {
   if (off != store::no_extent) return off;
   std::string spill_failure;
   if (size <= arena_.capacity()) {
-    // Least recently used first, among the objects nobody reads now.
-    std::vector<std::pair<std::uint64_t, object_entry*>> cold;
+    // Least recently used (oldest) first, among the objects nobody reads now.
+    const auto now = static_cast<std::uint32_t>(clock_.load(std::memory_order_relaxed));
+    std::vector<std::pair<std::uint32_t, object_entry*>> cold;
     for (object_entry* e : resident_)
       if (e->pins.load(std::memory_order_relaxed) == 0)
-        cold.emplace_back(e->last_use.load(std::memory_order_relaxed), e);
-    std::sort(cold.begin(), cold.end());
-    for (auto& [use, e] : cold) {
+        cold.emplace_back(now - e->last_use.load(std::memory_order_relaxed), e);
+    std::sort(cold.begin(), cold.end(), std::greater<>());
+    for (auto& [age, e] : cold) {
       std::int32_t unpinned = 0;
       if (!e->pins.compare_exchange_strong(unpinned, object_entry::spilled_mark,
                                            std::memory_order_acq_rel))
@@ -75,7 +77,8 @@ std::uint64_t object_store::allocate_locked(std::size_t size) {
 
 void object_store::track(object_entry* e) {
   e->large = true;
-  e->last_use.store(clock_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  e->last_use.store(static_cast<std::uint32_t>(clock_.fetch_add(1, std::memory_order_relaxed) + 1),
+                   std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   resident_.insert(e);
 }
@@ -99,7 +102,8 @@ void object_store::forget(object_entry* e) noexcept {
 
 void object_store::pin(object_entry* e) {
   if (!e->large) return;
-  e->last_use.store(clock_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  e->last_use.store(static_cast<std::uint32_t>(clock_.fetch_add(1, std::memory_order_relaxed) + 1),
+                   std::memory_order_relaxed);
   std::int32_t p = e->pins.load(std::memory_order_acquire);
   while (p >= 0)
     if (e->pins.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) return;

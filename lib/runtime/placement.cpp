@@ -67,13 +67,13 @@ worker_state* placement::pick(const task_spec& t) {
       if (!lender && lending(*w)) lender = w;
     }
     // A task with a timeout never nests: killing it would kill the stack below it.
-    if (lender && !t.options.timeout_ns && !may_wait_on_others(t)) return lender;
+    if (lender && !t.options().timeout_ns && !may_wait_on_others(t)) return lender;
   }
   // Queue short default tasks behind a busy worker's default tasks, so frames
   // batch. Not tasks with a timeout: queued, their time would run while they
   // wait. Nor tasks reading stored objects nothing pins yet: queued, they would
   // keep them from being spilled (a matrix that running tasks read is pinned anyway).
-  if (!t.is_default() || t.options.timeout_ns || !stored_inputs_pinned(t)) return nullptr;
+  if (!t.is_default() || t.options().timeout_ns || !stored_inputs_pinned(t)) return nullptr;
   const double expected = estimate(t);
   if (!std::isfinite(expected) || may_wait_on_others(t)) return nullptr;
   worker_state* best = nullptr;
@@ -131,7 +131,7 @@ std::vector<task_spec*> placement::producers_to_lend(const worker_state& w) cons
         for (auto d = t->deps.rbegin(); d != t->deps.rend(); ++d) todo.push_back(*d);
       continue;
     }
-    if (!ledger_.fits(cpu_need(*t)) || t->options.timeout_ns) return {};
+    if (!ledger_.fits(cpu_need(*t)) || t->options().timeout_ns) return {};
     return {t};  // once it runs, the worker is no longer all waiting
   }
   return {};
@@ -150,7 +150,8 @@ void placement::take_cpu(worker_state& w, task_spec& t) {
     }
   } else {
     ++w.nondefault;
-    t.gpus = ledger_.take(t.need);
+    const std::vector<int> ids = ledger_.take(t.need());
+    t.gpus.assign(ids.begin(), ids.end());
     t.charged = true;
   }
 }
@@ -160,7 +161,7 @@ void placement::sent(worker_state& w, task_spec& t) {
   take_cpu(w, t);
   if (t.actor) return;  // an actor's calls queue on it whatever they take
   // Nothing queues behind a task that may be killed for its timeout.
-  t.expected_ns = t.options.timeout_ns ? std::numeric_limits<double>::infinity() : estimate(t);
+  t.expected_ns = t.options().timeout_ns ? std::numeric_limits<double>::infinity() : estimate(t);
   if (std::isfinite(t.expected_ns))
     w.expected_ns += t.expected_ns;
   else
@@ -195,7 +196,7 @@ void placement::finished(worker_state& w, task_spec& t) {
     }
   } else if (t.charged) {
     --w.nondefault;
-    ledger_.give(t.need, t.gpus);
+    ledger_.give(t.need(), t.gpus);
     t.gpus.clear();
     t.charged = false;
   }
@@ -207,7 +208,7 @@ void placement::blocked(worker_state& w, task_spec& t, worker_state::wait_state 
   t.blocked = true;
   ++w.blocked;
   if (!t.is_default()) {
-    ledger_.give_cpu(t.need.cpu);  // its GPUs and custom resources stay with it
+    ledger_.give_cpu(t.need().cpu);  // its GPUs and custom resources stay with it
   } else if (--w.active_default == 0 && w.holds_cpu) {
     w.holds_cpu = false;
     ledger_.give_cpu(1);
@@ -221,7 +222,7 @@ void placement::unblocked(worker_state& w, task_spec& t) {
   t.blocked = false;
   --w.blocked;
   if (!t.is_default()) {
-    ledger_.take_cpu(t.need.cpu);  // may oversubscribe for a moment, as a returning thread does
+    ledger_.take_cpu(t.need().cpu);  // may oversubscribe for a moment, as a returning thread does
   } else if (w.active_default++ == 0 && !w.holds_cpu) {
     w.holds_cpu = true;
     ledger_.take_cpu(1);

@@ -117,7 +117,7 @@ class placement {
     bool blocks = false;
   };
   /// What `t` takes from the ledger while it runs (a default task: its worker's one CPU).
-  static const demand& cpu_need(const task_spec& t) { return t.need; }
+  static const demand& cpu_need(const task_spec& t) { return t.need(); }
   /// The statistics of `t`'s function, or nullptr if none finished yet.
   fn_stats* find_stats(const task_spec& t) const;
   /// How long `t` is expected to run: its function's average, or infinity when

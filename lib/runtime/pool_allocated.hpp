@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <new>
 
+#include <boost/container/options.hpp>
+#include <boost/container/vector.hpp>
 #include <tbb/scalable_allocator.h>
 
 #include "process/context.hpp"
@@ -60,5 +62,13 @@ struct pool_allocator {
   template <class U>
   bool operator==(const pool_allocator<U>&) const noexcept { return true; }
 };
+
+/// A vector of 16 bytes (32-bit size and capacity, not 64-bit) whose elements
+/// come from pool_malloc, for the lists every pending task and entry holds (its
+/// arguments, returns, waiters): one element takes TBB's 8-byte bin, not
+/// malloc's 32-byte smallest chunk. A million pending tasks hold millions of them.
+template <class T>
+using pool_vector = boost::container::vector<
+    T, pool_allocator<T>, boost::container::vector_options_t<boost::container::stored_size<std::uint32_t>>>;
 
 }  // namespace manta::runtime

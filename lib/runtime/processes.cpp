@@ -180,7 +180,7 @@ void scheduler::pool_worker_died(worker_link& w, int status) {
     // Killed to cancel another task, the process did not fail the ones it ran.
     if (was_running(t->key) && !w.killed_to_cancel) {
       ++t->attempts;
-      if (t->options.max_retries >= 0 && t->attempts > t->options.max_retries) {
+      if (t->options().max_retries >= 0 && t->attempts > t->options().max_retries) {
         int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
         const std::string tried = " (tried " + std::to_string(t->attempts) + " times)";
         if (w.killed_for_memory)

@@ -32,14 +32,18 @@ resource_ledger ledger_for(const options& opts, int workers) {
   return resource_ledger(cpus, gpus, std::move(custom));
 }
 
-std::optional<std::string> check_demand(const resource_ledger& ledger, const detail::task_options& o, bool actor,
-                                        const std::string& name, demand& need) {
-  const std::string what = actor ? "actor " + name : "task '" + name + "'";
-  if (o.num_gpus != static_cast<int>(o.num_gpus))
-    return "manta: " + what + " asks for " + std::to_string(o.num_gpus) + " GPUs; GPUs are handed out whole";
-  need = demand{o.num_cpus, static_cast<int>(o.num_gpus), o.resources};
+demand demand_of(const detail::task_options& o) {
+  demand need{o.num_cpus, static_cast<int>(o.num_gpus), o.resources};
   if (o.memory) need.custom["memory"] = static_cast<double>(o.memory);
-  if (auto why = ledger.infeasible(need)) return "manta: " + what + " " + *why;
+  return need;
+}
+
+std::optional<std::string> check_demand(const resource_ledger& ledger, const detail::task_options& o,
+                                        const demand& need, bool actor, const std::string& name) {
+  auto what = [&] { return actor ? "actor " + name : "task '" + name + "'"; };
+  if (o.num_gpus != static_cast<int>(o.num_gpus))
+    return "manta: " + what() + " asks for " + std::to_string(o.num_gpus) + " GPUs; GPUs are handed out whole";
+  if (auto why = ledger.infeasible(need)) return "manta: " + what() + " " + *why;
   return std::nullopt;
 }
 
@@ -83,7 +87,7 @@ std::vector<int> resource_ledger::take(const demand& d) {
   return ids;
 }
 
-void resource_ledger::give(const demand& d, const std::vector<int>& gpu_ids) {
+void resource_ledger::give(const demand& d, std::span<const int> gpu_ids) {
   cpu_free_ += d.cpu;
   for (const auto& [name, amount] : d.custom) custom_free_[name] += amount;
   gpu_free_.insert(gpu_free_.end(), gpu_ids.begin(), gpu_ids.end());

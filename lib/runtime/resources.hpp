@@ -4,6 +4,7 @@
 
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,7 @@ class resource_ledger {
   /// Takes `d` (which must fit); returns the GPU ids granted.
   std::vector<int> take(const demand& d);
   /// Gives back what take returned.
-  void give(const demand& d, const std::vector<int>& gpu_ids);
+  void give(const demand& d, std::span<const int> gpu_ids);
   /// CPUs alone, for tasks that lend theirs while they wait.
   void take_cpu(double n) { cpu_free_ -= n; }
   void give_cpu(double n) { cpu_free_ += n; }
@@ -63,9 +64,13 @@ int detect_gpus();
 /// the machine's) and the custom ones.
 resource_ledger ledger_for(const options& opts, int workers);
 
-/// What a task (or, with `actor`, an actor) named `name` asks for, in `need`;
-/// or why it can never run on this node (the message a usage_error carries).
-std::optional<std::string> check_demand(const resource_ledger& ledger, const detail::task_options& o, bool actor,
-                                        const std::string& name, demand& need);
+/// What a task (or an actor) submitted with `o` holds while it runs.
+demand demand_of(const detail::task_options& o);
+
+/// Why a task (or, with `actor`, an actor) named `name`, submitted with `o`
+/// (whose demand is `need`), can never run on this node (the message a
+/// usage_error carries); or nothing.
+std::optional<std::string> check_demand(const resource_ledger& ledger, const detail::task_options& o,
+                                        const demand& need, bool actor, const std::string& name);
 
 }  // namespace manta::runtime

@@ -43,7 +43,7 @@ void scheduler::start() {
 
 std::optional<std::string> scheduler::admit(task_spec& t) const {
   if (t.mode == detail::call_mode::method) return std::nullopt;  // takes nothing
-  return check_demand(ledger_, t.options, t.mode == detail::call_mode::construct, t.name(), t.need);
+  return check_demand(ledger_, t.options(), t.need(), t.mode == detail::call_mode::construct, t.name());
 }
 
 void scheduler::submit(std::unique_ptr<task_spec> owned) {
@@ -308,12 +308,12 @@ void scheduler::send_task(worker_link& w, task_spec& t) {
   t.worker = w.slot;
   t.sent_seq = ++sent_seq_;
   place_.sent(w.place, t);
-  if (t.options.max_calls > 0 && !t.actor && ++w.limited_calls[t.fn->id] >= t.options.max_calls) {
+  if (t.options().max_calls > 0 && !t.actor && ++w.limited_calls[t.fn->id] >= t.options().max_calls) {
     w.retiring = true;  // this is the last call it gets: replaced once idle (on_task_done)
     w.place.usable = false;
   }
-  if (t.options.timeout_ns) {
-    const auto due = std::chrono::steady_clock::now() + std::chrono::nanoseconds(t.options.timeout_ns);
+  if (t.options().timeout_ns) {
+    const auto due = std::chrono::steady_clock::now() + std::chrono::nanoseconds(t.options().timeout_ns);
     const bool earliest = timeouts_.empty() || due < timeouts_.top().due;
     timeouts_.push({due, t.key, w.slot, w.generation});
     note_next_timeout();
@@ -343,12 +343,12 @@ void scheduler::send_task(worker_link& w, task_spec& t) {
   });
   send_ids_.clear();
   for (auto* e : t.returns) send_ids_.push_back(e->id);
-  const std::vector<int>& gpus = t.mode == detail::call_mode::construct ? t.actor->gpus : t.gpus;
-  const auto concurrency = static_cast<std::uint16_t>(t.actor ? t.actor->options.max_concurrency : 1);
+  const pool_vector<int>& gpus = t.mode == detail::call_mode::construct ? t.actor->gpus : t.gpus;
+  const auto concurrency = static_cast<std::uint16_t>(t.actor ? t.actor->options().max_concurrency : 1);
   // A worker that is running other tasks sends their results soon; its next
   // tasks can ride with the flush that follows. An idle worker needs them now.
   send_to(w,
-          ipc::run_task{t.key, t.fn->id, t.mode, concurrency, t.options.name, send_ids_, t.grant, grant_size,
+          ipc::run_task{t.key, t.fn->id, t.mode, concurrency, t.options().name, send_ids_, t.grant, grant_size,
                         gpus, send_args_},
           was_waiting);
 }
@@ -444,8 +444,7 @@ void scheduler::seal(object_entry* e, const ipc::value_location& loc, std::vecto
     else if (t->actor) actor_dispatch(*t->actor);  // it waits in its actor's queue (or goes to its node)
     else enqueue(t);
   }
-  for (const auto& s : e->subscribers) notify(s, e);
-  e->subscribers.clear();
+  for (const auto& s : e->take_subscribers()) notify(s, e);
 }
 
 void scheduler::fail_task(task_spec* first, ipc::failure_ptr why, bool in_flight) {
@@ -454,8 +453,7 @@ void scheduler::fail_task(task_spec* first, ipc::failure_ptr why, bool in_flight
   graph_.fail(first, std::move(why), spread);
   for (object_entry* e : spread.objects) {
     dir_.publish(e, state_failed);
-    for (const auto& s : e->subscribers) notify(s, e);
-    e->subscribers.clear();
+    for (const auto& s : e->take_subscribers()) notify(s, e);
   }
   std::vector<actor_record*> unblocked;  // actors whose queue loses a call not sent yet
   tasks_failed_.fetch_add(spread.tasks.size(), std::memory_order_relaxed);
@@ -534,7 +532,7 @@ void scheduler::expire_timeouts(std::chrono::steady_clock::time_point now) {
     timeouts_.pop();
     task_spec* t = graph_.find(due.key);
     if (!t || t->worker != due.slot || link(due.slot).generation != due.generation) continue;
-    const double seconds = static_cast<double>(t->options.timeout_ns) / 1e9;
+    const double seconds = static_cast<double>(t->options().timeout_ns) / 1e9;
     char limit[32];
     std::snprintf(limit, sizeof limit, "%g s", seconds);
     if (t->is_call()) {
@@ -570,7 +568,7 @@ bool scheduler::kill_for_memory(const memory_usage& m, double threshold) {
     if (depth == 0) continue;
     task_spec* t = graph_.find(slot.running[depth - 1].load());  // the innermost: the newest there
     if (!t || t->worker != w.slot || t->cancelled) continue;
-    const bool retriable = t->options.max_retries < 0 || t->attempts < t->options.max_retries;
+    const bool retriable = t->options().max_retries < 0 || t->attempts < t->options().max_retries;
     if (!newest || (retriable && !newest_retriable) ||
         (retriable == newest_retriable && t->sent_seq > newest->sent_seq)) {
       victim = &w;

@@ -8,7 +8,30 @@
 
 namespace manta::runtime {
 
-task_spec::task_spec() = default;
+const profile_ptr& default_profile(bool method) {
+  // Made once and never freed: tasks may outlive static destruction at exit.
+  static const profile_ptr* made = [] {
+    detail::task_options call, method;
+    method.num_cpus = 0;  // as actor_handle's calls ask: the actor holds the resources
+    return new profile_ptr[2]{new task_profile(call, demand_of(call), /*immortal=*/true),
+                              new task_profile(method, demand{}, /*immortal=*/true)};
+  }();
+  return made[method];
+}
+
+profile_ptr profile_of(detail::task_options&& o, detail::call_mode mode) {
+  const bool method = mode == detail::call_mode::method;
+  if (const profile_ptr& d = default_profile(method); o == d->options) return d;
+  thread_local profile_ptr last[2];
+  profile_ptr& l = last[method];
+  if (!l || !(l->options == o)) {
+    demand need = method ? demand{} : demand_of(o);
+    l = new task_profile(std::move(o), std::move(need));
+  }
+  return l;
+}
+
+task_spec::task_spec() : profile(default_profile(false)) {}
 
 task_spec::~task_spec() {
   if (inputs_pinned)
@@ -31,7 +54,7 @@ ipc::failure_ptr task_graph::add(std::unique_ptr<task_spec> owned) {
     if (e->status() == state_failed) return e->error;
   for (auto* e : t->deps)
     if (e->status() == state_pending) {
-      e->dependents_.push_back(t);
+      e->waiters().dependents.push_back(t);
       ++t->pending_deps;
     }
   return nullptr;
@@ -95,15 +118,17 @@ void task_graph::leave(task_spec* t) {
 }
 
 void task_graph::sealed(object_entry* e, std::vector<task_spec*>& runnable) {
-  for (auto* d : e->dependents_)
+  if (!e->waiters_) return;
+  for (auto* d : e->waiters_->dependents)
     if (--d->pending_deps == 0) runnable.push_back(d);
-  e->dependents_.clear();
+  e->waiters_->dependents.clear();
 }
 
 void task_graph::stop_waiting(task_spec* t) {
   if (t->pending_deps <= 0) return;
   for (auto* d : t->deps) {
-    auto& ds = d->dependents_;
+    if (!d->waiters_) continue;  // sealed before t came
+    auto& ds = d->waiters_->dependents;
     ds.erase(std::remove(ds.begin(), ds.end(), t), ds.end());
   }
   t->pending_deps = 0;
@@ -120,8 +145,9 @@ void task_graph::fail(task_spec* first, ipc::failure_ptr first_why, failure_spre
       if (e->status() != state_pending || e->error) continue;
       e->error = why;
       out.objects.push_back(e);
-      std::vector<task_spec*> dependents = std::move(e->dependents_);
-      e->dependents_.clear();
+      if (!e->waiters_) continue;
+      pool_vector<task_spec*> dependents = std::move(e->waiters_->dependents);
+      e->waiters_->dependents.clear();
       for (auto* d : dependents) {
         if (d->pending_deps <= 0) continue;  // failed through another argument already
         stop_waiting(d);
@@ -147,7 +173,8 @@ std::string task_graph::check(std::span<object_entry* const> entries) const {
   std::unordered_map<const task_spec*, int> edges;
   for (const object_entry* e : entries) {
     if (e->producer_ && !live(e->producer_)) return "an object's producer is gone";
-    for (const task_spec* d : e->dependents_) {
+    if (!e->waiters_) continue;
+    for (const task_spec* d : e->waiters_->dependents) {
       if (!live(d)) return "an object lists a task that is gone among its dependents";
       if (e->status() != state_pending) return "a sealed object still has dependents";
       ++edges[d];

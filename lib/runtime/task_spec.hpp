@@ -2,11 +2,14 @@
 // submission until its results are sealed or it fails. Owned by the task graph.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <boost/smart_ptr/intrusive_ptr.hpp>
 
 #include <manta/detail/task_request.hpp>
 #include <manta/registry.hpp>
@@ -25,15 +28,47 @@ struct task_spec;
 /// tasks sent to one worker. A task is in one lane at most (task_spec::lane).
 using lane = std::deque<task_spec*>;
 
+/// What a task asks of its node: the options it was submitted with and the
+/// demand they make while it runs. Immutable, and shared by the tasks submitted
+/// with equal options (most share the defaults): a pending task holds a pointer,
+/// not the 200 bytes of both.
+struct task_profile {
+  task_profile(detail::task_options o, demand d, bool immortal = false)
+      : options(std::move(o)), need(std::move(d)), immortal(immortal) {}
+  const detail::task_options options;
+  const demand need;  ///< nothing for a method call: its actor holds the resources
+  /// The defaults' are never freed, and not counted: the submitting thread and
+  /// the one that frees tasks would bounce one counter between their cores.
+  const bool immortal;
+  mutable std::atomic<std::int64_t> uses{0};
+};
+inline void intrusive_ptr_add_ref(const task_profile* p) noexcept {
+  if (!p->immortal) p->uses.fetch_add(1, std::memory_order_relaxed);
+}
+inline void intrusive_ptr_release(const task_profile* p) noexcept {
+  if (!p->immortal && p->uses.fetch_sub(1, std::memory_order_acq_rel) == 1) delete p;
+}
+using profile_ptr = boost::intrusive_ptr<const task_profile>;
+
+/// The profile of tasks (or, with `method`, of method calls) submitted with the default options.
+const profile_ptr& default_profile(bool method);
+/// The profile of a task submitted in `mode` with options `o`: a shared one for
+/// the defaults, and the last one this thread made when `o` equals its options
+/// (a loop submitting with the same options makes one).
+profile_ptr profile_of(detail::task_options&& o, detail::call_mode mode);
+
 struct task_spec : pool_allocated {
   task_spec();  // out of line: it owns an actor_record, incomplete here
   task_spec(const task_spec&) = delete;
   task_spec& operator=(const task_spec&) = delete;
   ~task_spec();
 
-  const std::string& name() const { return options.name.empty() ? fn->name : options.name; }
+  const detail::task_options& options() const { return profile->options; }
+  /// What it holds while it runs.
+  const demand& need() const { return profile->need; }
+  const std::string& name() const { return options().name.empty() ? fn->name : options().name; }
   /// One CPU and nothing else: such tasks share their worker's CPU and may queue behind each other.
-  bool is_default() const { return need.cpu == 1 && need.gpu == 0 && need.custom.empty(); }
+  bool is_default() const { return need().cpu == 1 && need().gpu == 0 && need().custom.empty(); }
   bool is_call() const { return actor && mode != detail::call_mode::construct; }
 
   std::uint64_t key = 0;
@@ -44,11 +79,11 @@ struct task_spec : pool_allocated {
   /// A node of a cluster: the driver whose program it serves (an index into
   /// node_runtime's origins; 0: none known). Inherited by the tasks it submits.
   std::uint16_t origin = 0;
-  detail::task_options options;
+  profile_ptr profile;  ///< never null: the defaults' until set
   std::string args;                     ///< argument blob (process/args_blob.hpp)
-  std::vector<object_entry*> deps;      ///< counted
-  std::vector<object_entry*> contained; ///< counted
-  std::vector<object_entry*> returns;   ///< counted
+  pool_vector<object_entry*> deps;      ///< counted
+  pool_vector<object_entry*> contained; ///< counted
+  pool_vector<object_entry*> returns;   ///< counted
   std::uint64_t parent = 0;  ///< the task that submitted it from a worker, or 0
   std::uint64_t submitted_ns = 0;  ///< when it was submitted, while the timeline records
 
@@ -65,8 +100,7 @@ struct task_spec : pool_allocated {
   int attempts = 0;  ///< runs lost to crashes (or exceptions, with retry_exceptions)
   int worker = -1;   ///< slot it was sent to, while in flight
   std::uint64_t sent_seq = 0;  ///< order of its last sending among all tasks (the memory monitor's "newest")
-  demand need;            ///< what it holds while it runs
-  std::vector<int> gpus;  ///< GPU ids granted while it runs
+  pool_vector<int> gpus;  ///< GPU ids granted while it runs
   // The flags side by side: a task_spec stays in the 448-byte bin of the pool allocator.
   bool charged = false;   ///< non-default tasks: `need` is taken from the ledger
   bool blocked = false;   ///< waits in get/wait on its worker (its CPU is lent)

@@ -31,6 +31,8 @@ struct task_options {
   int max_restarts = 0;
   int max_task_retries = 0;
   int max_concurrency = 1;
+
+  bool operator==(const task_options&) const = default;
 };
 
 /// What .resources(r) keeps. @throws usage_error naming the first resource
