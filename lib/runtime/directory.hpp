@@ -54,7 +54,7 @@ struct object_entry final : detail::ref_node, pool_allocated {
   std::atomic<std::uint32_t> state{state_pending};
   std::int32_t owner = 0;  ///< pid of the process that made it (manta memory)
   // Set once before the entry is sealed, immutable afterwards (beside owner: an
-  // entry stays in the allocator's 224-byte bin).
+  // entry stays in the allocator's 192-byte bin, whose blocks are cache-line aligned).
   bool large = false;  ///< its bytes live in the arena (or the spill file), not inline
   bool on_nodes = false;  ///< a remote task named it: nodes of the cluster may keep copies
   std::uint64_t type_tag = 0;

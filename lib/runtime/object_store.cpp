@@ -32,12 +32,13 @@ std::uint64_t object_store::allocate_locked(std::size_t size) {
   if (off != store::no_extent) return off;
   std::string spill_failure;
   if (size <= arena_.capacity()) {
-    // Least recently used (oldest) first, among the objects nobody reads now.
-    const auto now = static_cast<std::uint32_t>(clock_.load(std::memory_order_relaxed));
-    std::vector<std::pair<std::uint32_t, object_entry*>> cold;
+    // Least recently used (oldest) first, among the objects nobody reads now. A
+    // reader may stamp one after `now` was read: its age is negative, the newest.
+    const std::uint32_t now = clock_.load(std::memory_order_relaxed);
+    std::vector<std::pair<std::int32_t, object_entry*>> cold;
     for (object_entry* e : resident_)
       if (e->pins.load(std::memory_order_relaxed) == 0)
-        cold.emplace_back(now - e->last_use.load(std::memory_order_relaxed), e);
+        cold.emplace_back(static_cast<std::int32_t>(now - e->last_use.load(std::memory_order_relaxed)), e);
     std::sort(cold.begin(), cold.end(), std::greater<>());
     for (auto& [age, e] : cold) {
       std::int32_t unpinned = 0;
@@ -75,10 +76,26 @@ std::uint64_t object_store::allocate_locked(std::size_t size) {
   throw object_store_full(msg);
 }
 
+void object_store::stamp(object_entry* e) {
+  const std::uint32_t now = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
+  e->last_use.store(now, std::memory_order_relaxed);
+  if (now % age_cap == 0) cap_ages(now);
+}
+
+void object_store::cap_ages(std::uint32_t now) {
+  std::lock_guard lock(mu_);
+  for (object_entry* e : resident_) {
+    std::uint32_t s = e->last_use.load(std::memory_order_relaxed);
+    const auto age = static_cast<std::int32_t>(now - s);
+    // (A reader that stamps it meanwhile wins: the exchange fails.)
+    if (age > static_cast<std::int32_t>(age_cap))
+      e->last_use.compare_exchange_strong(s, now - age_cap, std::memory_order_relaxed);
+  }
+}
+
 void object_store::track(object_entry* e) {
   e->large = true;
-  e->last_use.store(static_cast<std::uint32_t>(clock_.fetch_add(1, std::memory_order_relaxed) + 1),
-                   std::memory_order_relaxed);
+  stamp(e);
   std::lock_guard lock(mu_);
   resident_.insert(e);
 }
@@ -102,8 +119,7 @@ void object_store::forget(object_entry* e) noexcept {
 
 void object_store::pin(object_entry* e) {
   if (!e->large) return;
-  e->last_use.store(static_cast<std::uint32_t>(clock_.fetch_add(1, std::memory_order_relaxed) + 1),
-                   std::memory_order_relaxed);
+  stamp(e);
   std::int32_t p = e->pins.load(std::memory_order_acquire);
   while (p >= 0)
     if (e->pins.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) return;

@@ -64,6 +64,12 @@ class object_store {
  private:
   std::uint64_t allocate_locked(std::size_t size);
   void restore(object_entry* e);
+  /// Marks `e` used now (its 32-bit stamp of clock_).
+  void stamp(object_entry* e);
+  /// Every `age_cap` uses: no resident object's age stays above age_cap, so
+  /// ages (now - stamp, at most twice that) never wrap a signed 32 bits.
+  void cap_ages(std::uint32_t now);
+  static constexpr std::uint32_t age_cap = 1u << 29;
 
   store::arena& arena_;
   mutable std::mutex mu_;  // spilling and restoring; below the scheduler's mutex
@@ -71,7 +77,7 @@ class object_store {
   std::unordered_set<object_entry*> resident_;  ///< tracked objects in the arena
   std::unordered_set<object_entry*> on_disk_;   ///< tracked objects in the spill file
   observe::timeline* timeline_ = nullptr;
-  std::atomic<std::uint64_t> clock_{0};         ///< stamps uses, for least-recently-used order
+  std::atomic<std::uint32_t> clock_{0};         ///< stamps uses, for least-recently-used order
   std::uint64_t spilled_ = 0, restored_ = 0, spilled_now_ = 0;
 };
 

@@ -19,15 +19,28 @@ const profile_ptr& default_profile(bool method) {
   return made[method];
 }
 
+namespace {
+thread_local bool last_profiles_gone = false;  // (trivially destructible: readable to the thread's end)
+/// The profiles of tasks and of method calls this thread made last.
+struct last_profiles {
+  profile_ptr made[2];
+  ~last_profiles() { last_profiles_gone = true; }
+};
+}  // namespace
+
 profile_ptr profile_of(detail::task_options&& o, detail::call_mode mode) {
   const bool method = mode == detail::call_mode::method;
   if (const profile_ptr& d = default_profile(method); o == d->options) return d;
-  thread_local profile_ptr last[2];
-  profile_ptr& l = last[method];
-  if (!l || !(l->options == o)) {
+  auto make = [&] {
     demand need = method ? demand{} : demand_of(o);
-    l = new task_profile(std::move(o), std::move(need));
-  }
+    return profile_ptr(new task_profile(std::move(o), std::move(need)));
+  };
+  // The last one this thread made, unless the thread is past destroying it (a
+  // thread_local destructor that submits).
+  thread_local last_profiles last;
+  if (last_profiles_gone) return make();
+  profile_ptr& l = last.made[method];
+  if (!l || !(l->options == o)) l = make();
   return l;
 }
 

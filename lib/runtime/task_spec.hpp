@@ -92,7 +92,7 @@ struct task_spec : pool_allocated {
   union {
     lane* in_lane = nullptr;  ///< the queue it waits in, if any
     /// Before the graph has it: the next in node_runtime's submissions (one
-    /// pointer for both keeps a task_spec in the allocator's 448-byte bin).
+    /// pointer for both keeps a task_spec in the allocator's 224-byte bin).
     task_spec* next_submitted;
   };
 
@@ -101,7 +101,7 @@ struct task_spec : pool_allocated {
   int worker = -1;   ///< slot it was sent to, while in flight
   std::uint64_t sent_seq = 0;  ///< order of its last sending among all tasks (the memory monitor's "newest")
   pool_vector<int> gpus;  ///< GPU ids granted while it runs
-  // The flags side by side: a task_spec stays in the 448-byte bin of the pool allocator.
+  // The flags side by side: a task_spec stays in the 224-byte bin of the pool allocator.
   bool charged = false;   ///< non-default tasks: `need` is taken from the ledger
   bool blocked = false;   ///< waits in get/wait on its worker (its CPU is lent)
   bool inputs_pinned = false;  ///< its large arguments are kept in the arena (while sent)

@@ -174,6 +174,9 @@ struct world {
     auto t = std::make_unique<task_spec>();
     t->fn = &fn;
     t->mode = mode;
+    detail::task_options o;
+    if (mode == detail::call_mode::construct) o.num_cpus = 0;  // as actor_builder asks
+    t->profile = profile_of(std::move(o), mode);
     t->key = sched->new_key();
     std::string blob;
     process::append_arg_header(blob, process::arg_kind::value, detail::type_tag<int>(), 4);
@@ -187,7 +190,6 @@ struct world {
     ids.push_back(out->id);
     keys.push_back(t->key);
     if (mode == detail::call_mode::construct) {
-      t->options.num_cpus = 0;
       t->new_actor = std::make_unique<actor_record>();
       t->actor = t->new_actor.get();
       t->actor->class_tag = fn.class_tag;
