@@ -450,17 +450,26 @@ void launched(std::size_t nodes) {
 /// The driver's object count once it stays put: the scheduler lets go of a
 /// task's result just after sealing it, on its own thread, so a count taken
 /// right after a `get` may still include it.
-std::size_t settled_object_count() {
-  std::size_t seen = manta::detail::object_count(), steady = 0;
-  wait_for(
+/// Polls `read()` (as wait_for does) until it gave one value 5 times in a row
+/// and `enough(value)` holds, for at most `limit`: whether it did, and the
+/// last value read.
+std::pair<bool, std::size_t> steady_reading(const std::function<std::size_t()>& read,
+                                            const std::function<bool(std::size_t)>& enough,
+                                            std::chrono::seconds limit) {
+  std::size_t seen = read(), steady = 0;
+  const bool ok = wait_for(
       [&] {
-        const std::size_t now = manta::detail::object_count();
+        const std::size_t now = read();
         steady = now == seen ? steady + 1 : 0;
         seen = now;
-        return steady >= 5;
+        return enough(now) && steady >= 5;
       },
-      std::chrono::seconds(5));
-  return seen;
+      limit);
+  return {ok, seen};
+}
+
+std::size_t settled_object_count() {
+  return steady_reading(manta::detail::object_count, [](std::size_t) { return true; }, std::chrono::seconds(5)).second;
 }
 
 /// Whether every thread of process `pid` has stopped (SIGSTOP arrives at
@@ -564,16 +573,9 @@ void actors() {
   // then its 14-byte cancellation; the count is read until it stays put
   // (heartbeats add 6 bytes each half second).
   auto unread_grows_by = [&](std::size_t from, std::size_t by) {
-    std::size_t seen = 0, steady = 0;
-    const bool grew = wait_for(
-        [&] {
-          const std::size_t now = tcp_bytes_unread(host);
-          steady = now == seen ? steady + 1 : 0;
-          seen = now;
-          return now >= from + by && steady >= 5;
-        },
-        std::chrono::seconds(1));  // (frozen longer than 2.5 s, the node would be lost)
-    return std::make_pair(grew, seen);
+    return steady_reading([&] { return tcp_bytes_unread(host); },
+                          [&](std::size_t now) { return now >= from + by; },
+                          std::chrono::seconds(1));  // (frozen longer than 2.5 s, the node would be lost)
   };
   const auto [call_arrived, with_call] = unread_grows_by(unread, 100);
   manta::cancel(dropped);

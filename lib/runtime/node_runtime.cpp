@@ -705,88 +705,80 @@ bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
   return cluster_->spare_cpus(t.options()) > static_cast<double>(in_flight);
 }
 
+void node_runtime::prepare_outcome(bridge::task_outcome& o, remote_answer& out,
+                                   std::vector<detail::ref_node*>& held) {
+  out.id = o.id;
+  auto& values = out.values;
+  // (remote_result frees the extents placed here if the task is gone meanwhile)
+  try {
+    if (!o.ok) out.error = from_remote(o.error);
+    if (o.ok) {
+      // Objects the node made that the results' refs name come first, innermost first: kept
+      // here under the node's ids (those refs' bytes carry them).
+      auto ids = [](const std::vector<std::string>& texts) {
+        std::vector<object_id> found;
+        for (const auto& t : texts) {
+          auto id = id_from_text(t);
+          if (!id) throw usage_error("manta: a task's outcome from the cluster names a malformed object id");
+          found.push_back(*id);
+        }
+        return found;
+      };
+      for (const auto& v : o.values) {
+        if (v.id.empty()) continue;
+        auto id = id_from_text(v.id);
+        if (!id) throw usage_error("manta: a task's outcome from the cluster carries a malformed object id");
+        if (v.error) {
+          held.push_back(import_failed(*id, from_remote(*v.error)));
+          continue;
+        }
+        detail::encoded_value carried;
+        carried.type_tag = v.tag;
+        carried.borrowed = v.data().data();
+        carried.size = v.data().size();
+        carried.contained = ids(v.inside);
+        held.push_back(import_object(*id, carried));
+      }
+      for (const auto& v : o.values) {
+        if (!v.id.empty()) continue;
+        out.inside.push_back(ids(v.inside));
+        for (const object_id& id : out.inside.back()) {
+          object_entry* e = dir_->acquire(id);
+          if (!e)
+            throw usage_error("manta: a result from the cluster holds a ref to object " + id_text(id) +
+                              ", which this driver does not hold");
+          held.push_back(e);
+        }
+        values.push_back({v.tag, v.data().size(), ipc::no_offset, reinterpret_cast<const std::byte*>(v.data().data())});
+      }
+    }
+    for (auto& v : values) {
+      if (v.size <= detail::max_inline_bytes) continue;
+      v.offset = store_->allocate(v.size);  // spills cold objects if it must
+      std::memcpy(arena_->base() + v.offset, v.inline_data, v.size);
+    }
+  } catch (const std::exception&) {
+    for (auto& v : values)
+      if (v.offset != ipc::no_offset) store_->deallocate(std::exchange(v.offset, ipc::no_offset));
+    out.error = ipc::error_from_exception(std::current_exception(), o.error.function, pid_);
+    o.ok = false;
+    values.clear();
+  }
+  out.ok = o.ok;
+}
+
 void node_runtime::remote_finished(std::vector<bridge::task_outcome>&& batch) {
-  /// An outcome made ready for the scheduler.
-  struct answer {
-    std::uint64_t id = 0;
-    std::vector<ipc::value_location> values;
-    std::vector<std::vector<object_id>> inside;  // per result: the ids of the refs in it
-    ipc::error_info error;
-    bool ok = true;
-  };
-  std::vector<answer> answers(batch.size());
+  std::vector<remote_answer> answers(batch.size());
   process::context_use use;  // the lock order: the context lock before the scheduler's (releases take it)
   // Held until the results hold them: what refs in the results name.
   std::vector<detail::ref_node*> held;
-  for (std::size_t i = 0; i < batch.size(); ++i) {
-    bridge::task_outcome& o = batch[i];
-    answers[i].id = o.id;
-    auto& values = answers[i].values;
-    auto& inside = answers[i].inside;
-    auto& error = answers[i].error;
-    // Large results go into the arena before the scheduler's lock is taken: the
-    // copy of a gigabyte holds up no dispatch (remote_result frees them if unused).
-    try {
-      if (!o.ok) error = from_remote(o.error);
-      if (o.ok) {
-        // Objects the node made that the results' refs name come first, innermost first: kept
-        // here under the node's ids (those refs' bytes carry them).
-        auto ids = [](const std::vector<std::string>& texts) {
-          std::vector<object_id> out;
-          for (const auto& t : texts) {
-            auto id = id_from_text(t);
-            if (!id) throw usage_error("manta: a task's outcome from the cluster names a malformed object id");
-            out.push_back(*id);
-          }
-          return out;
-        };
-        for (const auto& v : o.values) {
-          if (v.id.empty()) continue;
-          auto id = id_from_text(v.id);
-          if (!id) throw usage_error("manta: a task's outcome from the cluster carries a malformed object id");
-          if (v.error) {
-            held.push_back(import_failed(*id, from_remote(*v.error)));
-            continue;
-          }
-          detail::encoded_value carried;
-          carried.type_tag = v.tag;
-          carried.borrowed = v.data().data();
-          carried.size = v.data().size();
-          carried.contained = ids(v.inside);
-          held.push_back(import_object(*id, carried));
-        }
-        for (const auto& v : o.values) {
-          if (!v.id.empty()) continue;
-          inside.push_back(ids(v.inside));
-          for (const object_id& id : inside.back()) {
-            object_entry* e = dir_->acquire(id);
-            if (!e)
-              throw usage_error("manta: a result from the cluster holds a ref to object " + id_text(id) +
-                                ", which this driver does not hold");
-            held.push_back(e);
-          }
-          values.push_back({v.tag, v.data().size(), ipc::no_offset, reinterpret_cast<const std::byte*>(v.data().data())});
-        }
-      }
-      for (auto& v : values) {
-        if (v.size <= detail::max_inline_bytes) continue;
-        v.offset = store_->allocate(v.size);  // spills cold objects if it must
-        std::memcpy(arena_->base() + v.offset, v.inline_data, v.size);
-      }
-    } catch (const std::exception&) {
-      for (auto& v : values)
-        if (v.offset != ipc::no_offset) store_->deallocate(std::exchange(v.offset, ipc::no_offset));
-      error = ipc::error_from_exception(std::current_exception(), o.error.function, pid_);
-      o.ok = false;
-      values.clear();
-    }
-    answers[i].ok = o.ok;
-  }
+  for (std::size_t i = 0; i < batch.size(); ++i) prepare_outcome(batch[i], answers[i], held);
   {
     // Outcomes that came together are taken under one lock, then one dispatch
     // sends the tasks they made room for.
     scheduler_lock lock(*this);
-    for (const answer& a : answers) sched_->remote_result(a.id, a.values, a.inside, a.ok ? nullptr : &a.error);
+    for (const remote_answer& a : answers)
+      sched_->remote_result(a.id, a.values, a.inside, a.ok ? nullptr : &a.error);
     sched_->dispatch();
     sched_->flush_dirty();  // what their results let go, or told waiting workers
   }
@@ -809,6 +801,13 @@ object_entry* node_runtime::checked(detail::ref_node* n) {
   if (n->epoch != epoch_)
     throw usage_error("manta: an object_ref from another runtime (or from before a shutdown) was used");
   return static_cast<object_entry*>(n);
+}
+
+std::vector<object_entry*> node_runtime::checked_all(std::span<detail::ref_node* const> nodes) {
+  std::vector<object_entry*> es;
+  es.reserve(nodes.size());
+  for (auto* n : nodes) es.push_back(checked(n));
+  return es;
 }
 
 detail::extent node_runtime::allocate_extent(std::size_t bytes) {
@@ -981,9 +980,7 @@ void node_runtime::unpin(detail::ref_node* n) noexcept {
 void node_runtime::wait(std::span<detail::ref_node* const> nodes, std::size_t num, detail::deadline until,
                         std::vector<bool>& ready) {
   call_guard guard(*this);
-  std::vector<object_entry*> es;
-  es.reserve(nodes.size());
-  for (auto* n : nodes) es.push_back(checked(n));
+  const std::vector<object_entry*> es = checked_all(nodes);
   auto count = [&] {
     std::size_t k = 0;
     for (auto* e : es) k += e->status() != state_pending;
@@ -997,9 +994,7 @@ void node_runtime::wait(std::span<detail::ref_node* const> nodes, std::size_t nu
 void node_runtime::wait_any(std::span<detail::ref_node* const> nodes, detail::deadline until,
                             const std::function<bool()>& interrupted) {
   call_guard guard(*this);
-  std::vector<object_entry*> es;
-  es.reserve(nodes.size());
-  for (auto* n : nodes) es.push_back(checked(n));
+  const std::vector<object_entry*> es = checked_all(nodes);
   wait_until(
       [&] {
         return interrupted() ||

@@ -211,6 +211,19 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void offer_named(actor_record& a) override;
   /// Sends `e` (counted, the count given to the sender) as `ask` asks, or object_lost.
   void send_object_now(const bridge::object_note& ask, object_entry* e);
+  /// A remote task's outcome made ready for the scheduler.
+  struct remote_answer {
+    std::uint64_t id = 0;
+    std::vector<ipc::value_location> values;
+    std::vector<std::vector<object_id>> inside;  ///< per result: the ids of the refs in it
+    ipc::error_info error;
+    bool ok = true;
+  };
+  /// Keeps the objects `o`'s results name (appending them, counted, to `held`)
+  /// and places its large values in the arena: before the scheduler's lock is
+  /// taken, so a gigabyte's copy holds up no dispatch. An outcome that cannot
+  /// be taken in fails its task instead (`out.ok` false, `out.error` why).
+  void prepare_outcome(bridge::task_outcome& o, remote_answer& out, std::vector<detail::ref_node*>& held);
   /// Before an object of another runtime is kept here under `id`: the
   /// workers' control block lets them take such ids from then on.
   void accept_import(const object_id& id);
@@ -227,6 +240,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
 
   // node_runtime.cpp: objects and submissions
   object_entry* checked(detail::ref_node* n);
+  /// checked() of each.
+  std::vector<object_entry*> checked_all(std::span<detail::ref_node* const> nodes);
   template <class Done>
   bool wait_until(Done done, std::span<object_entry* const> watch, detail::deadline until);
   /// Registers queued submissions if the scheduler is free; if it is not, its
