@@ -471,6 +471,13 @@ TEST(regression_process, init_from_a_thread_that_ends) {
 // runtime: it hung (joining an I/O thread it does not have) and could stop the
 // parent's zygote.
 TEST_F(regression, a_forked_child_exiting_leaves_the_parent_runtime_alone) {
+#if defined(__SANITIZE_ADDRESS__)
+  // As below: a runtime thread may hold AddressSanitizer's allocator lock at
+  // the fork (freeing the task just run), and the child then hangs at exit in
+  // LeakSanitizer's check, which takes that lock (CI, 1 run in about 100 under
+  // load; the child's stack: __lsan::LockAllocator from exit).
+  GTEST_SKIP() << "AddressSanitizer's allocator is not fork-safe in a multi-threaded process";
+#endif
   start(2);
   EXPECT_EQ(manta::get(manta::task(plus).remote(1, 1), 10s), 2);
   std::fflush(nullptr);
@@ -577,6 +584,9 @@ TEST(regression_process, a_child_forked_after_shutdown_runs_a_runtime_and_drops_
 // copy of a ref freed the object's extent in the allocator it shares with the
 // parent; the parent's next put reused it under a live object.
 TEST_F(regression, a_forked_child_dropping_refs_frees_nothing_of_the_parent) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's allocator is not fork-safe in a multi-threaded process (see above)";
+#endif
   start(1);
   auto a = manta::put(std::vector<int>(1 << 20, 1));
   const std::size_t used = manta::detail::arena_used_bytes();
