@@ -99,9 +99,7 @@ void scheduler::start_actor(actor_record& a) {
         waiting_actors_.push_back(&a);
       return;
     }
-    a.gpus.reserve(static_cast<std::uint32_t>(a.need().gpu));  // (the copy below cannot throw)
-    const std::vector<int> ids = ledger_.take(a.need());
-    a.gpus.assign(ids.begin(), ids.end());
+    ledger_.take(a.need(), a.gpus);
     a.holds_resources = true;
   }
   if (a.host < 0) {

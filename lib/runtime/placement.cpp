@@ -150,9 +150,7 @@ void placement::take_cpu(worker_state& w, task_spec& t) {
     }
   } else {
     ++w.nondefault;
-    t.gpus.reserve(static_cast<std::uint32_t>(t.need().gpu));  // (the copy below cannot throw)
-    const std::vector<int> ids = ledger_.take(t.need());
-    t.gpus.assign(ids.begin(), ids.end());
+    ledger_.take(t.need(), t.gpus);
     t.charged = true;
   }
 }

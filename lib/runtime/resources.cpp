@@ -79,12 +79,11 @@ bool resource_ledger::fits(const demand& d) const {
   return true;
 }
 
-std::vector<int> resource_ledger::take(const demand& d) {
+void resource_ledger::take(const demand& d, pool_vector<int>& gpu_ids) {
+  gpu_ids.assign(gpu_free_.begin(), gpu_free_.begin() + d.gpu);  // (first: it may throw)
   cpu_free_ -= d.cpu;
   for (const auto& [name, amount] : d.custom) custom_free_[name] -= amount;
-  std::vector<int> ids(gpu_free_.begin(), gpu_free_.begin() + d.gpu);
   gpu_free_.erase(gpu_free_.begin(), gpu_free_.begin() + d.gpu);
-  return ids;
 }
 
 void resource_ledger::give(const demand& d, std::span<const int> gpu_ids) {

@@ -11,6 +11,8 @@
 #include <manta/detail/task_request.hpp>
 #include <manta/options.hpp>
 
+#include "runtime/pool_allocated.hpp"
+
 namespace manta::runtime {
 
 /// What a task or actor asks for.
@@ -36,9 +38,9 @@ class resource_ledger {
   bool fits(const demand& d) const;
   /// Whether `n` CPUs (and nothing else) fit in what is free now.
   bool fits_cpu(double n) const { return n <= cpu_free_ + epsilon; }
-  /// Takes `d` (which must fit); returns the GPU ids granted.
-  std::vector<int> take(const demand& d);
-  /// Gives back what take returned.
+  /// Takes `d` (which must fit); `gpu_ids` become the GPU ids granted. On a throw, nothing is taken.
+  void take(const demand& d, pool_vector<int>& gpu_ids);
+  /// Gives back what take granted.
   void give(const demand& d, std::span<const int> gpu_ids);
   /// CPUs alone, for tasks that lend theirs while they wait.
   void take_cpu(double n) { cpu_free_ -= n; }
