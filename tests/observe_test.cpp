@@ -1,6 +1,8 @@
 // observe_test.cpp: the runtime's control socket and the manta command line
 // (status, memory, timeline), run as a user runs them, against real runtimes.
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -52,6 +54,21 @@ int chatty(int x) {
   return ::getpid();
 }
 MANTA_REMOTE(chatty);
+
+/// Prints `lines` numbered lines of 100 bytes each.
+int print_lines(int lines) {
+  for (int i = 0; i < lines; ++i) std::printf("line %08d %s\n", i, std::string(85, 'x').c_str());
+  std::fflush(stdout);
+  return ::getpid();
+}
+MANTA_REMOTE(print_lines);
+
+std::string file_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 // A real fault (UBSan would stop a null store first: not checked here).
 __attribute__((noinline, no_sanitize("undefined"))) int crash_in_task(int depth) {
@@ -306,6 +323,69 @@ TEST_F(observe, each_worker_keeps_its_output_in_a_log_file) {
            text.find("err line 42") != std::string::npos;
   })) << path << ": " << text;
   EXPECT_EQ(text.find("(pid="), std::string::npos) << "the log keeps the output as written";
+}
+
+TEST(observe_alone, a_workers_log_turns_old_at_MANTA_LOG_FILE_MB_so_a_process_keeps_at_most_twice_that) {
+  std::string dir = manta::testing::temp_path("observe-rotate");
+  std::filesystem::create_directories(dir);
+  ::setenv("MANTA_LOG_FILE_MB", "1", 1);
+  manta::init({.num_workers = 1, .log_dir = dir});
+  ::unsetenv("MANTA_LOG_FILE_MB");
+  const int lines = 30000;  // 3 MB
+  int pid = manta::get(manta::task(print_lines).remote(lines));
+  const std::string log = dir + "/worker-" + std::to_string(pid) + ".log";
+  char last[32];
+  std::snprintf(last, sizeof last, "line %08d ", lines - 1);
+  EXPECT_TRUE(eventually([&] { return file_text(log).find(last) != std::string::npos; })) << log;
+  EXPECT_LE(std::filesystem::file_size(log), 1u << 20);
+  EXPECT_LE(std::filesystem::file_size(log + ".old"), 1u << 20);
+  // The two files hold the newest lines, without a gap between them.
+  std::string old_text = file_text(log + ".old"), text = file_text(log);
+  ASSERT_GE(old_text.size(), 100u);
+  int last_old = std::atoi(old_text.c_str() + old_text.size() - 100 + 5);
+  char next[32];
+  std::snprintf(next, sizeof next, "line %08d ", last_old + 1);
+  EXPECT_EQ(text.rfind(next, 0), 0u) << text.substr(0, 100);
+  EXPECT_EQ(manta::get(manta::task(add_one).remote(1)), 2) << "the runtime goes on";
+  manta::shutdown();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(observe_alone, logs_nobody_writes_are_removed_oldest_first_while_the_directory_holds_more_than_MANTA_LOG_DIR_MB) {
+  std::string dir = manta::testing::temp_path("observe-prune");
+  std::filesystem::create_directories(dir);
+  auto make = [&](const std::string& name, int age_s) {
+    std::ofstream(dir + "/" + name) << std::string(400 << 10, 'x');
+    std::filesystem::last_write_time(dir + "/" + name,
+                                     std::filesystem::file_time_type::clock::now() - std::chrono::seconds(age_s));
+  };
+  make("worker-100000.log", 400);  // the oldest, but another runtime still writes it
+  make("worker-100001.log", 300);
+  make("worker-100002.log.old", 200);
+  make("worker-100003.log", 100);
+  make("notes.txt", 500);  // not a worker log: never touched
+  int held = ::open((dir + "/worker-100000.log").c_str(), O_WRONLY | O_APPEND);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_SH), 0);
+  ::setenv("MANTA_LOG_DIR_MB", "1", 1);
+  manta::init({.num_workers = 1, .log_dir = dir});
+  ::unsetenv("MANTA_LOG_DIR_MB");
+  auto there = [&](const char* name) { return std::filesystem::exists(dir + "/" + name); };
+  EXPECT_TRUE(eventually([&] { return !there("worker-100001.log") && !there("worker-100002.log.old"); }));
+  EXPECT_TRUE(there("worker-100000.log")) << "a log somebody writes stays";
+  EXPECT_TRUE(there("worker-100003.log")) << "the newest stays: 800 KB are within 1 MB";
+  EXPECT_TRUE(there("notes.txt"));
+  // The runtime's own logs are held while their processes live.
+  int pid = manta::get(manta::task(chatty).remote(7));
+  const std::string own = dir + "/worker-" + std::to_string(pid) + ".log";
+  EXPECT_TRUE(eventually([&] { return file_text(own).find("out line 7") != std::string::npos; }));
+  int probe = ::open(own.c_str(), O_RDONLY);
+  ASSERT_GE(probe, 0);
+  EXPECT_NE(::flock(probe, LOCK_EX | LOCK_NB), 0) << "a live process's log is locked against pruning";
+  ::close(probe);
+  manta::shutdown();
+  ::close(held);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_F(observe, a_worker_crash_carries_the_crashing_threads_stack) {

@@ -5,20 +5,94 @@
 #include <limits.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <tuple>
 #include <vector>
 
 #include "ipc/channel.hpp"
 #include "ipc/owned_fds.hpp"
+#include "observe/log.hpp"
 
 namespace manta::runtime {
 
-output_forwarder::output_forwarder(std::string log_dir) : log_dir_(std::move(log_dir)) {
+namespace {
+
+std::size_t megabytes_from(const char* name, std::size_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  unsigned long long mb = std::strtoull(v, &end, 10);
+  if (*end || mb == 0 || mb > (1ull << 30)) {
+    MANTA_WARN << name << "=" << v << " is not a number of megabytes from 1: using " << (fallback >> 20) << " MB";
+    return fallback;
+  }
+  return static_cast<std::size_t>(mb) << 20;
+}
+
+bool is_worker_log(const std::string& name) {
+  return name.rfind("worker-", 0) == 0 &&
+         (name.ends_with(".log") || name.ends_with(".log.old"));
+}
+
+}  // namespace
+
+log_limits log_limits::from_environment() {
+  log_limits l;
+  l.file_bytes = megabytes_from("MANTA_LOG_FILE_MB", l.file_bytes);
+  l.dir_bytes = megabytes_from("MANTA_LOG_DIR_MB", l.dir_bytes);
+  return l;
+}
+
+std::size_t prune_worker_logs(const std::string& dir, std::size_t dir_bytes) {
+  struct found {
+    std::string path;
+    std::size_t bytes;
+    timespec mtime;
+  };
+  std::vector<found> logs;
+  std::size_t total = 0;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename();
+    struct stat st;
+    if (!is_worker_log(name) || ::lstat(it->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_uid != ::geteuid())
+      continue;
+    total += static_cast<std::size_t>(st.st_size);
+    logs.push_back({it->path(), static_cast<std::size_t>(st.st_size), st.st_mtim});
+  }
+  if (total <= dir_bytes) return 0;
+  std::sort(logs.begin(), logs.end(), [](const found& a, const found& b) {
+    return std::tie(a.mtime.tv_sec, a.mtime.tv_nsec) < std::tie(b.mtime.tv_sec, b.mtime.tv_nsec);
+  });
+  std::size_t removed = 0;
+  for (const found& log : logs) {
+    if (total <= dir_bytes) break;
+    int fd = ::open(log.path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) continue;
+    // A writer holds a shared lock for as long as it has the file open, and
+    // the lock goes with its process, however that ends.
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::unlink(log.path.c_str()) == 0) {
+      total -= log.bytes;
+      removed += log.bytes;
+    }
+    ::close(fd);
+  }
+  return removed;
+}
+
+output_forwarder::output_forwarder(std::string log_dir, log_limits limits)
+    : log_dir_(std::move(log_dir)), limits_(limits) {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   ipc::make_pipe(wake_, 0);
   for (int fd : {epoll_fd_, wake_[0], wake_[1]}) ipc::own_fd(fd);
@@ -36,8 +110,7 @@ output_forwarder::~output_forwarder() {
     ::close(fd);
   }
   streams_.clear();
-  for (auto& [pid, fd] : logs_)
-    if (fd >= 0) ::close(fd);
+  for (auto& [pid, log] : logs_) close_log(log);
   for (int fd : {epoll_fd_, wake_[0], wake_[1]})
     if (fd >= 0) {
       ipc::disown_fd(fd);
@@ -104,14 +177,56 @@ bool output_forwarder::forward(int fd, stream& s) {
 
 void output_forwarder::keep(pid_t pid, const char* data, std::size_t n) {
   if (log_dir_.empty()) return;
-  auto [it, fresh] = logs_.try_emplace(pid, -1);
-  if (fresh) {
-    std::string path = log_dir_ + "/worker-" + std::to_string(pid) + ".log";
-    it->second = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
-  }
+  auto [it, fresh] = logs_.try_emplace(pid);
+  log_file& log = it->second;
+  if (fresh) log = open_log(pid);
   // A full disk loses log lines, never the output on the driver's terminal.
-  if (it->second < 0) return;
-  [[maybe_unused]] auto written = ::write(it->second, data, n);
+  auto append = [&log](const char* from, std::size_t count) {
+    if (log.fd < 0 || count == 0) return;
+    if (auto written = ::write(log.fd, from, count); written > 0) log.bytes += static_cast<std::size_t>(written);
+  };
+  const std::size_t room = limits_.file_bytes > log.bytes ? limits_.file_bytes - log.bytes : 0;
+  if (log.fd >= 0 && n > room && log.bytes + room > 0) {
+    // The file ends with the last whole line that fits; the next one begins the new file.
+    const void* newline = room ? ::memrchr(data, '\n', room) : nullptr;
+    const std::size_t cut = newline ? static_cast<std::size_t>(static_cast<const char*>(newline) - data) + 1 : 0;
+    append(data, cut);
+    data += cut;
+    n -= cut;
+    const std::string path = log_dir_ + "/worker-" + std::to_string(pid) + ".log";
+    ::rename(path.c_str(), (path + ".old").c_str());
+    close_log(log);
+    log = open_log(pid);
+    prune_now_and_then();
+  }
+  append(data, n);
+}
+
+output_forwarder::log_file output_forwarder::open_log(pid_t pid) const {
+  const std::string path = log_dir_ + "/worker-" + std::to_string(pid) + ".log";
+  for (int tries = 0; tries < 2; ++tries) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return {};
+    // Waits only while a pruner holds the file to remove it; then it is opened anew.
+    struct stat st;
+    if (::flock(fd, LOCK_SH) == 0 && ::fstat(fd, &st) == 0 && st.st_nlink > 0)
+      return {fd, static_cast<std::size_t>(st.st_size)};
+    ::close(fd);
+  }
+  return {};
+}
+
+void output_forwarder::close_log(log_file& log) {
+  if (log.fd >= 0) ::close(log.fd);
+  log = {};
+}
+
+void output_forwarder::prune_now_and_then() {
+  if (log_dir_.empty()) return;
+  auto now = std::chrono::steady_clock::now();
+  if (last_prune_ != std::chrono::steady_clock::time_point{} && now - last_prune_ < std::chrono::seconds(2)) return;
+  last_prune_ = now;
+  prune_worker_logs(log_dir_, limits_.dir_bytes);
 }
 
 void output_forwarder::queue(int which, std::string&& lines) {
@@ -155,6 +270,7 @@ bool output_forwarder::write_pending() {
 }
 
 void output_forwarder::run() {
+  prune_now_and_then();  // the logs of earlier runs
   epoll_event evs[64];
   std::chrono::steady_clock::time_point give_up{};
   for (;;) {
@@ -200,8 +316,9 @@ void output_forwarder::run() {
         // Its log closes with the last of its streams.
         bool more = std::any_of(streams_.begin(), streams_.end(), [&](auto& kv) { return kv.second.pid == s.pid; });
         if (auto log = logs_.find(s.pid); !more && log != logs_.end()) {
-          if (log->second >= 0) ::close(log->second);
+          close_log(log->second);
           logs_.erase(log);
+          prune_now_and_then();
         }
       }
     }

@@ -3,17 +3,35 @@
 // own does it and never blocks on the driver's stdout: when that is not read
 // (`| less` waiting), lines wait in a bounded buffer while workers go on, and
 // what does not fit is counted and reported instead of stalling them. Each
-// process's output is also kept, as written, in log_dir/worker-<pid>.log.
+// process's output is also kept, as written, in log_dir/worker-<pid>.log; the
+// logs are bounded per file and per directory (see log_limits).
 #pragma once
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 
 namespace manta::runtime {
+
+/// How much worker output log_dir keeps. A log reaching `file_bytes` becomes
+/// worker-<pid>.log.old (replacing the one before), so a process keeps at most
+/// twice that. Logs nobody writes any more (their runtime ended or crashed:
+/// a writer holds a shared flock on each) are removed, oldest first, while all
+/// worker logs in log_dir take more than `dir_bytes`.
+struct log_limits {
+  std::size_t file_bytes = std::size_t{64} << 20;  ///< MANTA_LOG_FILE_MB
+  std::size_t dir_bytes = std::size_t{1} << 30;    ///< MANTA_LOG_DIR_MB
+  /// The defaults, or the environment's where set.
+  static log_limits from_environment();
+};
+
+/// Removes logs nobody writes from `dir`, oldest first, until its worker logs
+/// take at most `dir_bytes`. @returns the bytes removed.
+std::size_t prune_worker_logs(const std::string& dir, std::size_t dir_bytes);
 
 class output_forwarder {
  public:
@@ -24,7 +42,7 @@ class output_forwarder {
   static constexpr std::size_t max_pending = 8 << 20;
 
   /// @param log_dir  where each process's log file goes; empty: none
-  explicit output_forwarder(std::string log_dir);
+  explicit output_forwarder(std::string log_dir, log_limits limits = log_limits::from_environment());
   ~output_forwarder();
   output_forwarder(const output_forwarder&) = delete;
   output_forwarder& operator=(const output_forwarder&) = delete;
@@ -49,8 +67,17 @@ class output_forwarder {
   /// Writes what the driver's stdout and stderr take without blocking.
   /// @returns true if everything went out.
   bool write_pending();
+  struct log_file {
+    int fd = -1;  ///< -1: could not be opened
+    std::size_t bytes = 0;
+  };
   /// Appends what process `pid` wrote to its log file (opened at its first output).
   void keep(pid_t pid, const char* data, std::size_t n);
+  /// Opens process `pid`'s log for appending, holding a shared flock on it.
+  log_file open_log(pid_t pid) const;
+  void close_log(log_file& log);
+  /// Prunes log_dir if it was not pruned in the last few seconds.
+  void prune_now_and_then();
 
   int epoll_fd_ = -1;
   int wake_[2] = {-1, -1};
@@ -62,7 +89,9 @@ class output_forwarder {
   std::string pending_[2];
   std::size_t dropped_[2] = {0, 0};
   std::string log_dir_;
-  std::unordered_map<pid_t, int> logs_;  ///< open log files by pid; -1: could not be opened
+  log_limits limits_;
+  std::unordered_map<pid_t, log_file> logs_;  ///< open log files by pid
+  std::chrono::steady_clock::time_point last_prune_{};
 };
 
 }  // namespace manta::runtime
