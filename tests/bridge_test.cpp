@@ -223,6 +223,43 @@ TEST(bridge_wire, an_outcome_carries_the_ids_inside_its_values_and_the_objects_t
   }
 }
 
+TEST(bridge_wire, an_outcome_carries_the_actor_handles_its_values_name_and_how_they_change_hands) {
+  task_outcome o;
+  o.id = 9;
+  o.values.resize(1);
+  o.values[0].bytes = "handles";
+  o.values[0].inside = {std::string(32, 'c'), std::string(32, 'd')};
+  returned_handle here, borrowed;
+  here.id = std::string(32, 'c');
+  here.key = "driver-2/d1";
+  here.class_tag = 42;
+  here.label = "Counter";
+  here.owned = here.hosted = true;
+  borrowed.id = std::string(32, 'd');
+  borrowed.key = "driver-1/3";
+  o.handles = {here, borrowed};
+  for (const task_outcome& back :
+       {decode_outcome(encode_outcome(o)), decode_outcome_head(encode_outcome_head(o), encode_outcome(o).size())}) {
+    ASSERT_EQ(back.handles.size(), 2u);
+    EXPECT_EQ(back.handles[0].key, "driver-2/d1");
+    EXPECT_EQ(back.handles[0].class_tag, 42u);
+    EXPECT_EQ(back.handles[0].label, "Counter");
+    EXPECT_TRUE(back.handles[0].owned && back.handles[0].hosted);
+    EXPECT_EQ(back.handles[1].id, std::string(32, 'd'));
+    EXPECT_FALSE(back.handles[1].owned || back.handles[1].hosted);
+  }
+  // A malformed id, an empty key, or hosted without being handed over: refused.
+  task_outcome wrong = o;
+  wrong.handles[1].id = std::string(31, 'd');
+  EXPECT_THROW(decode_outcome(encode_outcome(wrong)), wire_error);
+  wrong = o;
+  wrong.handles[1].key.clear();
+  EXPECT_THROW(decode_outcome(encode_outcome(wrong)), wire_error);
+  wrong = o;
+  wrong.handles[0].owned = false;
+  EXPECT_THROW(decode_outcome(encode_outcome(wrong)), wire_error);
+}
+
 TEST(bridge_wire, an_actors_key_and_restarts_travel_with_its_constructor_and_its_end_on_its_own) {
   remote_task t;
   t.id = 9;

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -92,6 +93,7 @@ struct Counter {
     for (int x : manta::get(refs, std::chrono::seconds(30))) sum += x;
     return sum;
   }
+  int process() const { return ::getpid(); }
   int value;
 };
 
@@ -276,6 +278,17 @@ struct Relay {
   manta::actor_handle<Counter> counter;
 };
 
+/// Actors a task starts and hands back: two on its own node (they ask for no
+/// CPU: they fit beside it), one on the node that has "rare".
+std::vector<manta::actor_handle<Counter>> actors_back(int start) {
+  return {manta::actor<Counter>().num_cpus(0).remote(start), manta::actor<Counter>().num_cpus(0).remote(start + 50),
+          manta::actor<Counter>().resources(on_rare).remote(start + 100)};
+}
+/// A handle wrapped in a stored object, as a result's ref names it.
+manta::object_ref<manta::actor_handle<Counter>> actor_in_a_ref(int start) {
+  return manta::put(manta::actor<Counter>().num_cpus(0).remote(start));
+}
+
 /// An actor started from a task, on the node that has what it asks.
 std::vector<int> actor_from_node() {
   auto c = manta::actor<Counter>().resources(on_rare).remote(3);
@@ -304,13 +317,14 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              bytes_of, add_through, marked_nap, together, nap_with, crash, sum_refs, sum_scaled, slow_doubles,
              failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
              handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died, slow_nested,
-             fan, echo_handles, kill_it, start_named, nap_marked_where, absorb_through, add_where, count_through);
+             fan, echo_handles, kill_it, start_named, nap_marked_where, absorb_through, add_where, count_through,
+             actors_back, actor_in_a_ref);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
 MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host, &RefHolder::make, &RefHolder::read);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
-            &Counter::absorb, &Counter::count_refs);
+            &Counter::absorb, &Counter::count_refs, &Counter::process);
 
 namespace {
 
@@ -1017,13 +1031,10 @@ void refs_back() {
     check(std::string(e.what()).find("no doubles today") != std::string::npos,
           std::string("a ref to a task that failed on a node fails when read, saying why: ") + e.what());
   }
-  try {
-    manta::get(manta::task(handle_back).resources(on_special).remote(), std::chrono::seconds(60));
-    check(false, "a result holding an actor handle from a node fails");
-  } catch (const manta::usage_error& e) {
-    check(std::string(e.what()).find("actor handle") != std::string::npos,
-          std::string("a result holding an actor handle from a node fails, saying why: ") + e.what());
-  }
+  auto handed = manta::get(manta::task(handle_back).resources(on_special).remote(), std::chrono::seconds(60));
+  check(handed.size() == 1 && manta::get(handed[0].task(&Counter::add).remote(1), std::chrono::seconds(30)) == 2,
+        "a result holding the handle of an actor its task started comes back, and the driver calls it");
+  handed.clear();
   check(manta::get(manta::task(add_one).resources(on_special).remote(1)) == 2, "the cluster goes on");
   made.clear();
   list = {};
@@ -1134,6 +1145,68 @@ void from_nodes() {
   check(manta::get(manta::task(where).resources(on_special).remote(), std::chrono::seconds(30)) == hopped[0] &&
             alive_nodes() == 2,
         "its node did not take that error for its own loss: it serves on");
+}
+
+/// Whether process `pid` is gone (the nodes run on this machine).
+bool process_gone(int pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+/// Actors a task on a node starts and returns: the driver calls them where
+/// they live, passes them on, kills them, and ends them by dropping its handles.
+void handles_back() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  auto hopped = manta::get(manta::task(hop).resources(on_special).remote(), std::chrono::seconds(60));
+  auto back = manta::get(manta::task(actors_back).resources(on_special).remote(10), std::chrono::seconds(60));
+  check(back.size() == 3, "a task on a node returned three actor handles");
+  if (back.size() != 3) return;
+  auto call = [](manta::actor_handle<Counter>& c, int x) {
+    return manta::get(c.task(&Counter::add).remote(x), std::chrono::seconds(30));
+  };
+  auto host = [](manta::actor_handle<Counter>& c) {
+    return manta::get(c.task(&Counter::host).remote(), std::chrono::seconds(30));
+  };
+  check(host(back[0]) == hopped[0] && host(back[1]) == hopped[0],
+        "the actors it started on its own node live there, and the driver calls them");
+  check(host(back[2]) == hopped[1], "the one it started on the other node lives there");
+  check(call(back[0], 1) == 11 && call(back[0], 1) == 12 && call(back[1], 1) == 61 && call(back[2], 1) == 111,
+        "each keeps its state after the task that started it returned");
+  check(manta::get(manta::task(add_through).resources(on_rare).remote(back[0], 5), std::chrono::seconds(60)) == 17,
+        "a task on the other node calls a handed-back actor through the handle the driver passed on");
+  check(manta::get(manta::task(add_through).resources(on_special).remote(back[0], 1), std::chrono::seconds(60)) == 18,
+        "so does a task on the node where it lives");
+  auto wrapped = manta::get(manta::task(actor_in_a_ref).resources(on_special).remote(7), std::chrono::seconds(60));
+  auto inner = manta::get(wrapped, std::chrono::seconds(30));
+  check(call(inner, 1) == 8, "a handle inside an object a task on a node made comes back with it");
+  // Killed by the driver: its calls fail, on either node.
+  const int killed_process = manta::get(back[1].task(&Counter::process).remote(), std::chrono::seconds(30));
+  manta::kill(back[1]);
+  manta::kill(back[2]);
+  auto fails = [&](manta::actor_handle<Counter>& c) {
+    return wait_for(
+        [&] {
+          try {
+            call(c, 1);
+            return false;
+          } catch (const manta::actor_died_error&) {
+            return true;
+          }
+        },
+        std::chrono::seconds(20));
+  };
+  check(fails(back[1]) && fails(back[2]), "the driver killed handed-back actors on both nodes");
+  check(wait_for([&] { return process_gone(killed_process); }, std::chrono::seconds(20)),
+        "the killed actor's process on the node is gone");
+  // Dropped by the driver: the actor ends on its node once the task's own handle went too.
+  const int dropped_process = manta::get(back[0].task(&Counter::process).remote(), std::chrono::seconds(30));
+  back.clear();
+  check(wait_for([&] { return process_gone(dropped_process); }, std::chrono::seconds(20)),
+        "an actor handed back ends on its node once the driver dropped its handles");
+  const int inner_process = manta::get(inner.task(&Counter::process).remote(), std::chrono::seconds(30));
+  check(!process_gone(inner_process), "the one held through a ref lives on");
+  inner = {};
+  wrapped = {};
+  check(wait_for([&] { return process_gone(inner_process); }, std::chrono::seconds(20)),
+        "and ends once its handle and the ref holding one are gone");
+  check(manta::get(manta::task(add_one).resources(on_special).remote(1)) == 2, "the cluster goes on");
 }
 
 void named_user() {
@@ -1664,6 +1737,7 @@ int main(int argc, char** argv) {
   else if (scenario == "scoped_first") scoped_first();
   else if (scenario == "scoped_second") scoped_second();
   else if (scenario == "from_nodes") from_nodes();
+  else if (scenario == "handles_back") handles_back();
   else if (scenario == "actor_refs_lost") actor_refs_lost();
   else return 2;
   manta::shutdown();

@@ -336,6 +336,17 @@ TEST_F(cluster, tasks_on_a_node_reach_the_rest_of_the_cluster) {
   EXPECT_EQ(finish(b, 20s), 0) << log("node-2.log");
 }
 
+TEST_F(cluster, actors_a_task_on_a_node_started_come_back_in_its_result_and_live_while_the_driver_holds_them) {
+  pid_t a = member(true, {"special"}, "node-1.log");
+  pid_t b = member(true, {"rare"}, "node-2.log");
+  pid_t driver = member(false, {"handles_back", "2"}, "driver.log");
+  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
+  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  EXPECT_EQ(finish(a, 20s), 0) << log("node-1.log");
+  EXPECT_EQ(finish(b, 20s), 0) << log("node-2.log");
+}
+
 TEST_F(cluster, a_driver_that_leaves_ends_its_tasks_and_the_tasks_they_started_on_other_nodes) {
   pid_t a = member(true, {"special"}, "node-1.log");
   pid_t b = member(true, {"rare"}, "node-2.log");

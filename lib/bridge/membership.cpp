@@ -747,12 +747,15 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
     } else if (h.type == frame_type::task_result) {
       const task_outcome o = decode_outcome_head(bytes, h.total);  // checked here: a driver gets no malformed one
       auto it = routed_.find(o.id);
+      if (it == routed_.end() || it->second.node != from->node_id) take_over_handles(o, nullptr, out);
       if (it != routed_.end() && it->second.node == from->node_id) {  // else nobody waits for it here
         id = o.id;
         routed_task& r = it->second;
         put_u64(body, first_bytes_at, r.driver_id);
         put_u64(body, stream_at, id);
-        if (auto driver = r.driver.lock(); driver && !driver->done)
+        auto driver = r.driver.lock();
+        take_over_handles(o, driver, out);
+        if (driver && !driver->done)
           out.push_back({driver, frame_type::part, std::make_shared<const std::string>(std::move(body))});
         r.outcome_streaming = !h.last;
         if (h.last) {
@@ -821,7 +824,10 @@ void head::route_outcome(connection& from, std::string&& body, std::vector<outgo
   task_outcome o = decode_outcome(body, /*with_values=*/false);  // a malformed outcome ends the node's connection
   auto it = routed_.find(o.id);
   // A task of a driver that left, or one sent elsewhere since: nobody waits for it here.
-  if (it == routed_.end() || it->second.node != from.node_id) return;
+  if (it == routed_.end() || it->second.node != from.node_id) {
+    take_over_handles(o, nullptr, out);
+    return;
+  }
   auto driver = it->second.driver.lock();
   const std::uint64_t driver_id = it->second.driver_id;
   if (!it->second.actor.empty() && !it->second.method) {
@@ -834,6 +840,7 @@ void head::route_outcome(connection& from, std::string&& body, std::vector<outgo
   --running_[it->second.node];
   drop_route(it);
   if (driver_id == 0) return;  // an actor started again elsewhere: its driver heard of it the first time
+  take_over_handles(o, driver, out);
   if (driver && !driver->done) {
     set_id(body, driver_id);
     out.push_back({driver, frame_type::task_result, std::make_shared<const std::string>(std::move(body))});
@@ -895,6 +902,10 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       auto d = it->second.driver.lock();
       const bool its_program = it->second.origin == c.node_id;
       if (d && d.get() != &c && !its_program) {
+        // One it handed over to another driver lived on its node: gone with it.
+        if (it->second.on_driver && it->second.node_connection.lock().get() == &c && it->second.gone.empty())
+          actor_gone(it->first, it->second,
+                     "was lost: it lived on the node of " + c.node_id + ", which left the cluster (" + why + ")", out);
         ++it;
         continue;
       }
@@ -905,7 +916,7 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       if (d && d.get() != &c && !d->done) out.push_back({d, frame_type::actor_end, end});
       fail_held(it->second, "ended with the driver " + c.node_id, out);
       const std::string key = it->first;
-      it = forget_actor(it);
+      it = forget_actor(it, out);
       answer_lookups(key, out);  // (as ended)
     }
     // Copies of its objects on nodes go with it, and fetches it never answered fail.
@@ -1390,14 +1401,17 @@ void head::end_actor(const connection& driver, std::string_view body, std::vecto
   auto owner = it->second.driver.lock();
   const bool own = owner.get() == &driver;
   if (!own && !e.kill) return;  // (only its own driver ends it; any holder of a handle may kill it)
+  // (An actor on a driver's node: its driver hears below, or ended it; one
+  // handed over to another driver is killed by its host.)
   if (auto node = it->second.node_connection.lock();
-      node && !node->done && it->second.gone.empty() && !it->second.on_driver)  // (its driver hears below, or ended it)
+      node && !node->done && it->second.gone.empty() &&
+      (!it->second.on_driver || (e.kill && node.get() != &driver && node != owner)))
     out.push_back({node, frame_type::actor_end, std::make_shared<const std::string>(body)});
   if (!own && owner && !owner->done)
     out.push_back({owner, frame_type::actor_end, std::make_shared<const std::string>(body)});
   fail_held(it->second, e.kill ? "was killed" : "was ended", out);
   const std::string key = it->first;
-  forget_actor(it);
+  forget_actor(it, out);
   answer_lookups(key, out);  // (as ended)
 }
 
@@ -1528,6 +1542,39 @@ void head::answer_lookups(const std::string& key, std::vector<outgoing>& out) {
   waiting_lookups_.erase(waiting);
 }
 
+void head::take_over_handles(const task_outcome& o, const std::shared_ptr<connection>& driver,
+                             std::vector<outgoing>& out) {
+  for (const returned_handle& h : o.handles) {
+    if (!h.owned) continue;  // (borrowed: nothing changes hands)
+    // The sender's driver made the key: "<its id>/...".
+    auto lender = connection_of(h.key.substr(0, h.key.find('/')), true);
+    if (!lender) continue;  // (gone: its actors went with it)
+    if (!driver || driver->done || lender == driver) {
+      // Nobody receives it, or it came back to the member that lent it: nothing changes hands.
+      out.push_back({lender, frame_type::actor_returned, std::make_shared<const std::string>(h.key)});
+      continue;
+    }
+    auto it = actors_.find(h.key);
+    if (it == actors_.end()) {
+      if (!h.hosted) continue;  // (ended meanwhile: its calls fail as ended)
+      placed_actor& a = actors_[h.key];  // as host_actor, owned by the receiver
+      a.driver = driver;
+      a.lender = lender;
+      a.node = lender->node_id;
+      a.node_connection = lender;
+      a.on_driver = true;
+      a.class_tag = h.class_tag;
+      a.origin = driver->node_id;
+      a.ctor.name = h.label;
+      continue;
+    }
+    if (it->second.driver.lock() == lender) {
+      it->second.driver = driver;
+      it->second.lender = lender;
+    }
+  }
+}
+
 void head::actor_gone(const std::string& key, placed_actor& a, std::string why, std::vector<outgoing>& out) {
   unhost(a);
   a.gone = std::move(why);
@@ -1574,7 +1621,10 @@ void head::unhost(placed_actor& a) {
   }
 }
 
-std::map<std::string, head::placed_actor>::iterator head::forget_actor(std::map<std::string, placed_actor>::iterator it) {
+std::map<std::string, head::placed_actor>::iterator head::forget_actor(std::map<std::string, placed_actor>::iterator it,
+                                                                   std::vector<outgoing>& out) {
+  if (auto lender = it->second.lender.lock(); lender && !lender->done)
+    out.push_back({lender, frame_type::actor_returned, std::make_shared<const std::string>(it->first)});
   unhost(it->second);
   if (auto named = actor_names_.find(it->second.name); named != actor_names_.end() && named->second == it->first)
     actor_names_.erase(named);

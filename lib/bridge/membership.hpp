@@ -161,6 +161,9 @@ class head {
     /// It lives on its driver's own node (host_actor): calls go to that
     /// driver's connection; never placed, counted on a node or started again.
     bool on_driver = false;
+    /// The member whose handle of it went to `driver` in a result, handing
+    /// it over (returned_handle::owned): told (actor_returned) once it is forgotten.
+    std::weak_ptr<connection> lender;
     std::string gone;        ///< why it is gone (its later calls fail with it), or empty
     /// Lost with its node while no alive node had what it asks: it starts
     /// again once one joins (place_restarting), or is gone at `restart_by`.
@@ -260,8 +263,13 @@ class head {
   void host(const placed_actor& a);
   /// `a` no longer counts on its node (it is gone, or ended), under mu_.
   void unhost(placed_actor& a);
-  /// Erases an actor (under mu_); returns the next.
-  std::map<std::string, placed_actor>::iterator forget_actor(std::map<std::string, placed_actor>::iterator it);
+  /// Erases an actor (under mu_); the member that lent it hears; returns the next.
+  std::map<std::string, placed_actor>::iterator forget_actor(std::map<std::string, placed_actor>::iterator it,
+                                                             std::vector<outgoing>& out);
+  /// Actor handles in an outcome going to `driver` (under mu_): those handed
+  /// over change owner, and actors on the sender's own node enter the table;
+  /// with no driver to take them (gone, or null), they go back to their lenders.
+  void take_over_handles(const task_outcome& o, const std::shared_ptr<connection>& driver, std::vector<outgoing>& out);
   /// Keeps a frame of `t` to send again, while the head keeps less than max_kept (under mu_).
   void keep_frame(routed_task& t, frame_type type, const shared_body& body);
   /// Forgets a routed task (under mu_).

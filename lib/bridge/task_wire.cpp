@@ -306,6 +306,14 @@ std::string encode_outcome_head(const task_outcome& o) {
       w.put(static_cast<std::uint8_t>(v.error.has_value()));
       if (v.error) put_error(w, *v.error);
     }
+    w.put(static_cast<std::uint32_t>(o.handles.size()));
+    for (const auto& h : o.handles) {
+      w.put(h.id);
+      w.put(h.key);
+      w.put(h.class_tag);
+      w.put(h.label);
+      w.put(static_cast<std::uint8_t>((h.owned ? 1 : 0) | (h.hosted ? 2 : 0)));
+    }
   } else {
     put_error(w, o.error);
   }
@@ -343,6 +351,19 @@ task_outcome read_outcome(const parts& p, Take&& take) {
       at += size;
     }
     if (at != p.payload_size) throw wire_error("manta bridge: an outcome with bytes past its values");
+    for (auto k = r.count(3 * sizeof(std::uint32_t) + sizeof(std::uint64_t) + 1); k > 0; --k) {
+      returned_handle& h = o.handles.emplace_back();
+      h.id = r.text();
+      h.key = r.text();
+      h.class_tag = r.get<std::uint64_t>();
+      h.label = r.text();
+      const auto how = r.get<std::uint8_t>();
+      if (how > 3 || (how == 2) || h.id.size() != 32 ||
+          h.id.find_first_not_of("0123456789abcdef") != std::string::npos || h.key.empty())
+        throw wire_error("manta bridge: an outcome names an actor handle with a malformed id, key or flags");
+      h.owned = how & 1;
+      h.hosted = how & 2;
+    }
   } else {
     o.error = read_error(r);
   }

@@ -118,12 +118,26 @@ struct remote_value {
   std::string_view data() const noexcept { return borrowed ? *borrowed : std::string_view(bytes); }
 };
 
+/// An actor handle inside a task's results (or in the objects carried with
+/// them), as its receiver makes it under the same id.
+struct returned_handle : remote_task::handle {
+  /// The sender's driver owned the actor and hands it over: the receiver's
+  /// driver ends it when its own handles are gone; the sender keeps the actor
+  /// until the head says so (actor_returned). Else the receiver only borrows it.
+  bool owned = false;
+  /// It lives on the sender's own node and was never offered to the cluster:
+  /// the head learns of it here (as of host_actor), hosted by the sender's driver.
+  bool hosted = false;
+};
+
 struct task_outcome {
   std::uint64_t id = 0;  ///< the task's number, as the receiver knows it
   bool ok = true;
   /// When ok: one per return, then the objects the node made that refs
   /// inside them name (and refs inside those), the innermost first.
   std::vector<remote_value> values;
+  /// When ok: the actor handles refs in the values name (made before the values).
+  std::vector<returned_handle> handles;
   remote_error error;                ///< when not ok
   std::string node;                  ///< the node that ran it (or was to)
   /// decode_outcome(std::string&&): the frame its values' bytes are views

@@ -55,6 +55,10 @@ enum class frame_type : std::uint16_t {
   /// driver -> head: an actor on the driver's own node that other members may
   /// now call, its handle having gone to one (actor_lookup: its key, class, label)
   host_actor = 23,
+  /// head -> member: the driver a handle of this actor went to in a result
+  /// (task_outcome::handles) is done with it; the member that lent it gives
+  /// back the count it kept (the actor's key)
+  actor_returned = 24,
 };
 
 /// A malformed or oversized frame: the connection it came on is closed.

@@ -350,7 +350,8 @@ void cluster_driver::apply_loop() {
     }
     for (; !taken.empty(); taken.pop_front()) {
       inbound& in = taken.front();
-      const bool outcome = !in.end && !in.found && !in.offer_answer && !in.fetch && in.killed.empty();
+      const bool outcome =
+          !in.end && !in.found && !in.offer_answer && !in.fetch && in.killed.empty() && in.returned.empty();
       // A large result goes into the arena before it is sealed: one at a time,
       // so that what came before it is sealed (and may be spilled) first.
       const bool large = outcome && std::any_of(in.outcome.values.begin(), in.outcome.values.end(), [](const auto& v) {
@@ -368,6 +369,7 @@ void cluster_driver::apply_loop() {
       else if (in.offer_answer) rt_.offer_answered(in.offer_answer->first, in.offer_answer->second);
       else if (in.fetch) rt_.send_object(*in.fetch);
       else if (!in.killed.empty()) rt_.remote_actor_killed(in.killed, in.killed_why);
+      else if (!in.returned.empty()) rt_.actor_returned(in.returned);
     }
   }
 }
@@ -427,6 +429,10 @@ void cluster_driver::take_frame(bridge::frame&& f) {
     }
     if (in.found || in.offer_answer) to_applier(std::move(in));
     else cv_.notify_all();
+  } else if (f.type == bridge::frame_type::actor_returned) {  // a handle lent in a result is no longer held
+    inbound in;
+    in.returned = std::move(f.body);
+    to_applier(std::move(in));
   } else if (f.type == bridge::frame_type::actor_end) {  // another driver killed one of this driver's actors
     inbound in;
     bridge::actor_end e = bridge::decode_actor_end(f.body);  // malformed: throws, and the link ends
@@ -662,17 +668,18 @@ void end_actor(node_runtime& rt, actor_table& actors, const bridge::actor_end& e
 
 /// The objects refs inside `j`'s results name that their driver may not
 /// hold, and refs inside those, each after the ones it holds refs to (the
-/// driver keeps them in that order): those this node made, and those it got
-/// from other nodes (results of its own nested tasks). Copies of drivers'
-/// objects, fetched for tasks here (`fetched`), are not among them.
+/// driver keeps them in that order): those this node made, those it got
+/// from other nodes (results of its own nested tasks), and every actor
+/// handle. Copies of drivers' objects, fetched for tasks here (`fetched`),
+/// are not among them.
 std::vector<object_entry*> made_here_inside(const node_runtime& rt, const job& j, const object_table& fetched) {
   std::vector<object_entry*> out;
   std::unordered_set<const object_entry*> seen;
   std::vector<std::pair<object_entry*, std::size_t>> path;  // an entry, and its next ref to follow
   auto visit = [&](detail::ref_node* n) {
     auto* e = static_cast<object_entry*>(n);
-    // (A handle of another runtime's id was borrowed here: its driver has it.)
-    const bool its_drivers = (e->id.hi >> 32) != rt.epoch() && (fetched.is_copy(e) || e->actor);
+    // (Every actor handle goes: the receiver makes it, or finds its own.)
+    const bool its_drivers = (e->id.hi >> 32) != rt.epoch() && fetched.is_copy(e);
     if (!its_drivers && seen.insert(e).second) path.emplace_back(e, 0);
   };
   for (detail::ref_node* r : j.returns)
@@ -712,10 +719,17 @@ bridge::task_outcome finish(node_runtime& rt, job& j, const object_table& fetche
   bridge::task_outcome o;
   o.id = j.id;
   std::size_t bytes = 0;
+  std::vector<std::string> kept;  // the keys of handles first lent here
   auto add = [&](detail::ref_node* n, bool carried) {
     auto* e = static_cast<object_entry*>(n);
     if (carried && e->actor) {
-      o = failed_outcome(j.id, usage("manta: a result holding an actor handle cannot go back to another node yet", ""));
+      try {
+        bool first = false;
+        o.handles.push_back(rt.lend_actor(e, first));
+        if (first) kept.push_back(o.handles.back().key);
+      } catch (const std::exception&) {
+        o = failed_outcome(j.id, ipc::error_from_exception(std::current_exception(), "", ::getpid()));
+      }
     } else if (e->status() == state_failed) {
       if (!carried) {
         o = failed_outcome(j.id, e->error->describe());
@@ -756,7 +770,11 @@ bridge::task_outcome finish(node_runtime& rt, job& j, const object_table& fetche
       if (!o.ok) break;
       add(e, true);
     }
-  if (!o.ok) o.values.clear();
+  if (!o.ok) {
+    o.values.clear();
+    o.handles.clear();
+    for (const auto& key : kept) rt.actor_returned(key);  // lent before the failure: nobody receives them
+  }
   return o;
 }
 

@@ -162,6 +162,7 @@ class cluster_driver {
     std::optional<bridge::object_note> fetch;  ///< instead of an outcome: a node asks for an object
     std::string killed;  ///< instead of an outcome: another driver killed this driver's actor (its key)
     std::string killed_why;  ///< the head's reason, if it gave one
+    std::string returned;    ///< instead of an outcome: an actor lent in a result is no longer held (its key)
     /// Instead of an outcome: the head's answer to the offer of a named actor (its key, why not).
     std::optional<std::pair<std::string, std::string>> offer_answer;
     /// Instead of an outcome: the answer to a worker's lookup.

@@ -285,6 +285,7 @@ void node_runtime::finish_stop() {
     cluster = std::move(cluster_);  // (under mu_: threads freeing objects read it there)
   }
   cluster.reset();
+  give_back_lent();
   zygote_->stop(5);  // it kills and reaps every process, then exits
   output_->stop();   // every writer is dead: the output pipes end with EOF
   // Drop every internal hold; what users still hold becomes an orphan.
@@ -724,6 +725,12 @@ void node_runtime::prepare_outcome(bridge::task_outcome& o, remote_answer& out,
         }
         return found;
       };
+      // Actor handles first: the values' refs name them.
+      for (const auto& h : o.handles) {
+        auto id = id_from_text(h.id);
+        if (!id) throw usage_error("manta: a task's outcome from the cluster names a malformed actor handle id");
+        held.push_back(borrow_actor(*id, h.key, h.class_tag, h.label, h.owned));
+      }
       for (const auto& v : o.values) {
         if (v.id.empty()) continue;
         auto id = id_from_text(v.id);
@@ -788,11 +795,14 @@ void node_runtime::remote_finished(std::vector<bridge::task_outcome>&& batch) {
 void node_runtime::cluster_lost(const std::string& why) {
   MANTA_WARN << "the cluster is gone: " << why;
   process::context_use use;  // as in remote_finished
-  scheduler_lock lock(*this);
-  sched_->fail_remote({ipc::error_kind::node_died, "manta::node_died_error", "the cluster is gone (" + why + ")", {},
-                       {}, 0, 0, {}});
-  sched_->name_answered({}, {});  // named actors waiting for the head's word start here
-  sched_->flush_dirty();
+  {
+    scheduler_lock lock(*this);
+    sched_->fail_remote({ipc::error_kind::node_died, "manta::node_died_error", "the cluster is gone (" + why + ")",
+                         {}, {}, 0, 0, {}});
+    sched_->name_answered({}, {});  // named actors waiting for the head's word start here
+    sched_->flush_dirty();
+  }
+  give_back_lent();  // nobody can return them now
 }
 
 // ---- objects
@@ -852,7 +862,7 @@ detail::ref_node* node_runtime::import_object(const object_id& id, const detail:
 }
 
 detail::ref_node* node_runtime::borrow_actor(const object_id& id, const std::string& key, std::uint64_t class_tag,
-                                             const std::string& label) {
+                                             const std::string& label, bool owned) {
   call_guard guard(*this);
   if (object_entry* e = dir_->acquire(id)) {  // still here (a worker kept it), or this node's own record
     if (e->actor) return e;
@@ -861,7 +871,63 @@ detail::ref_node* node_runtime::borrow_actor(const object_id& id, const std::str
   }
   accept_import(id);
   scheduler_lock lock(*this);
-  return sched_->adopt_remote_actor(key, class_tag, label, id);
+  object_entry* e = sched_->adopt_remote_actor(key, class_tag, label, id);
+  e->actor->borrowed = !owned;
+  return e;
+}
+
+bridge::returned_handle node_runtime::lend_actor(detail::ref_node* handle, bool& kept) {
+  kept = false;
+  object_entry* e = static_cast<object_entry*>(handle);
+  scheduler_lock lock(*this);
+  actor_record& a = *e->actor;
+  bridge::returned_handle h;
+  h.id = id_text(e->id);
+  h.class_tag = a.class_tag;
+  h.label = a.label;
+  if (!cluster_) throw node_died_error("manta: a result holds a handle of actor " + a.label + ", and the cluster is gone");
+  if (a.remote && a.remote_key.empty())
+    throw usage_error("manta: a result holds a handle of actor " + a.label +
+                      ", whose constructor has not gone to the cluster yet (wait for one of its calls first)");
+  if (!a.remote) {
+    // Its calls from elsewhere come to this driver (host_loop). Offered as
+    // for a handle in arguments; the outcome may reach the head first (on the
+    // node's other connection), so it tells the head too.
+    if (a.remote_key.empty()) {
+      a.remote_key = cluster_->id() + "/d" + std::to_string(++remote_actors_);
+      cluster_->offer_actor(a.remote_key, a.class_tag, a.name);
+      if (a.st == actor_record::state::dead) cluster_->end_actor(a.remote_key, false);
+    }
+    h.hosted = true;
+  }
+  h.key = a.remote_key;
+  if (a.borrowed) return h;  // another driver's: borrowed there too
+  h.owned = true;
+  kept = lent_.emplace(h.key, e).second;
+  if (kept) detail::acquire(e);
+  return h;
+}
+
+void node_runtime::actor_returned(const std::string& key) {
+  process::context_use use;  // as in remote_finished
+  object_entry* e = nullptr;
+  {
+    scheduler_lock lock(*this);
+    if (auto it = lent_.find(key); it != lent_.end()) {
+      e = it->second;
+      lent_.erase(it);
+    }
+  }
+  if (e) detail::release(e);  // (may end it: its last handle)
+}
+
+void node_runtime::give_back_lent() {
+  std::unordered_map<std::string, object_entry*> lent;
+  {
+    scheduler_lock lock(*this);
+    lent.swap(lent_);
+  }
+  for (auto& [key, e] : lent) detail::release(e);
 }
 
 detail::ref_node* node_runtime::import_failed(const object_id& id, const ipc::error_info& why) {

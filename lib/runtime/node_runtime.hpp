@@ -130,8 +130,22 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// A node of a cluster: a handle (one count) under `id` for the actor `key`
   /// that lives on a node of the cluster, as a task's arguments hold it; its
   /// calls go through the head, and its handles going here do not end it.
+  /// @param owned  a handle handed over in a result (returned_handle::owned):
+  ///                its handles going here end it, as this driver's own would
   detail::ref_node* borrow_actor(const object_id& id, const std::string& key, std::uint64_t class_tag,
-                                 const std::string& label);
+                                 const std::string& label, bool owned = false);
+  /// A handle of `e`'s actor leaves in a task's results for another member
+  /// (the serving or host thread): how it travels. An actor of this node gets
+  /// a key in the cluster (the head learns of it from the outcome) and one
+  /// this driver started on the cluster keeps its own; both are handed over,
+  /// and this node keeps a count until the head says the receiver is done
+  /// with it (actor_returned). Another driver's actor travels borrowed.
+  /// @param kept  set when this call took the count (not kept before for that key)
+  /// @throws usage_error for an actor whose constructor has not gone to the cluster yet
+  bridge::returned_handle lend_actor(detail::ref_node* handle, bool& kept);
+  /// The head's word that the actor lent as `key` is no longer held where it
+  /// went (from the applier thread): the count kept for it goes.
+  void actor_returned(const std::string& key);
   /// The head's answer to the offer of named actor `key` (from the applier thread).
   void offer_answered(const std::string& key, const std::string& why);
   /// Another driver killed this driver's actor `key`, or the head refused it
@@ -232,6 +246,10 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// Asks for objects still pending, by entry (each counted once; under the scheduler's lock).
   std::unordered_map<object_entry*, std::vector<bridge::object_note>> asked_pending_;
   std::uint64_t remote_actors_ = 0;  ///< actors started on the cluster (their keys' numbers; under the scheduler's lock)
+  /// Handles lent in results, by key: one count each (under the scheduler's lock).
+  std::unordered_map<std::string, object_entry*> lent_;
+  /// Gives back every lent handle's count (the cluster is gone).
+  void give_back_lent();
   /// A node: the drivers whose programs its tasks serve (task_spec::origin
   /// indexes it; under the scheduler's lock). Which one a thread's next
   /// submission serves is that thread's own (set_origin).
