@@ -76,6 +76,7 @@ int nap_where(int ms) {
 }
 
 /// An actor that keeps a count, on whichever node has what it asks.
+using chunk = std::vector<double>;
 struct Counter {
   explicit Counter(int start) : value(start) {
     if (start < 0) throw std::invalid_argument("a negative start");
@@ -94,8 +95,19 @@ struct Counter {
     return sum;
   }
   int process() const { return ::getpid(); }
+  /// Adds how many it was given: ten values under 1 MiB each go by value, so
+  /// a call of 9 MB travels in parts.
+  int add_chunks(chunk a, chunk b, chunk c, chunk d, chunk e, chunk f, chunk g, chunk h, chunk i, chunk j) {
+    for (const chunk* x : {&a, &b, &c, &d, &e, &f, &g, &h, &i, &j}) value += !x->empty();
+    return value;
+  }
   int value;
 };
+/// A call of add_chunks with ten values of 900 KB.
+manta::object_ref<int> add_ten_chunks(manta::actor_handle<Counter>& c) {
+  const chunk x(112'500, 1.0);
+  return c.task(&Counter::add_chunks).remote(x, x, x, x, x, x, x, x, x, x);
+}
 
 /// Names its worker in a mark, then sleeps: the driver can see it killed.
 int marked_nap(int ms) {
@@ -324,7 +336,7 @@ MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
 MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host, &RefHolder::make, &RefHolder::read);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
-            &Counter::absorb, &Counter::count_refs, &Counter::process);
+            &Counter::absorb, &Counter::count_refs, &Counter::process, &Counter::add_chunks);
 
 namespace {
 
@@ -798,6 +810,7 @@ void actor_call_retried() {
   check(manta::get(r.task(&Counter::add).remote(1)) == 8, "the actor counts");
   auto in_flight = r.task(&Counter::slow_host).remote(3000);
   auto behind = r.task(&Counter::add).remote(2);
+  auto long_behind = add_ten_chunks(r);  // 9 MB: in parts, kept by the head too
   check(first_mark() == at, "the slow call runs on the actor's node");
   ::kill(at, SIGKILL);
   const int again = manta::get(in_flight, std::chrono::seconds(60));
@@ -805,7 +818,8 @@ void actor_call_retried() {
                                       std::to_string(again) + ")");
   check(manta::get(behind, std::chrono::seconds(30)) == 9,
         "the call queued behind it ran again after it, on the constructor's state");
-  check(manta::get(r.task(&Counter::add).remote(1)) == 10, "later calls follow");
+  check(manta::get(long_behind, std::chrono::seconds(30)) == 19, "so did a call of 9 MB, sent in parts");
+  check(manta::get(r.task(&Counter::add).remote(1)) == 20, "later calls follow");
 }
 
 /// An actor whose constructor took refs starts again on another node, which
@@ -1368,6 +1382,7 @@ void work_waits_for_node() {
   ::kill(first, SIGKILL);
   check(wait_for([] { return alive_nodes() == 0; }, std::chrono::seconds(20)), "its node is lost");
   auto a = x.task(&Counter::add).remote(1);
+  auto long_call = add_ten_chunks(x);  // 9 MB: in parts, held at the head as they come
   auto b = x.task(&Counter::add).remote(2);
   try {
     manta::get(a, std::chrono::milliseconds(500));
@@ -1387,8 +1402,9 @@ void work_waits_for_node() {
   const std::string start = std::string("env -u MANTA_ADDRESS ") + std::getenv("CLUSTER_CLI") + " start --log-dir " +
                             dir + " --num-workers 2 -- " + self + " special4 > " + dir + "/start.out 2>&1";
   check(std::system(start.c_str()) == 0, "a new node joined");
-  check(manta::get(a, std::chrono::seconds(30)) == 11 && manta::get(b, std::chrono::seconds(30)) == 13,
-        "the calls made while it waited ran, in order, from its constructor's state");
+  check(manta::get(a, std::chrono::seconds(30)) == 11 && manta::get(long_call, std::chrono::seconds(30)) == 21 &&
+            manta::get(b, std::chrono::seconds(30)) == 23,
+        "the calls made while it waited (one of 9 MB, in parts) ran, in order, from its constructor's state");
   const int second = manta::get(x.task(&Counter::host).remote(), std::chrono::seconds(30));
   check(second != 0 && second != first, "it lives on the node that joined");
   check(manta::get(fresh_task, std::chrono::seconds(30)) == second, "a task made while no node could take it ran on the node that joined");

@@ -716,7 +716,22 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
       std::shared_ptr<connection> node = !t.actor.empty() ? actor_target(from, t, r, why)
                                          : !t.node.empty()  ? node_target(from, t, r, why)
                                                             : place(r, why);
-      if (!node) {
+      if (auto a = actors_.find(t.actor); !node && r.method && a != actors_.end() && a->second.restarting) {
+        // Its actor waits for a node: the call waits at the head, its parts kept as they come.
+        id = ++next_task_;
+        put_u64(body, first_bytes_at, id);
+        put_u64(body, stream_at, id);
+        r.complete = h.last;
+        routed_task& held = routed_.emplace(id, std::move(r)).first->second;
+        keep_frame(held, frame_type::part, std::make_shared<const std::string>(std::move(body)));
+        if (held.keep) {
+          a->second.held_calls.emplace_back(id, true);
+        } else {
+          out.push_back({from, frame_type::task_result, actor_refused(t, why + " (the head keeps no more calls for it)")});
+          drop_route(routed_.find(id));
+          id = 0;
+        }
+      } else if (!node) {
         if (auto a = actors_.find(t.actor); why.empty() && a != actors_.end() && t.mode == mode_construct &&
                                             a->second.restarting && a->second.first_start) {
           // (It would wait for a node, but only a whole constructor is kept before its start.)
@@ -800,6 +815,18 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
       return;
     }
     keep_frame(r, frame_type::part, part);
+    if (!r.keep && r.method && r.node.empty()) {
+      // A call held for its actor's restart, past what the head keeps: it can never go.
+      if (auto driver = r.driver.lock(); driver && !driver->done)
+        out.push_back({driver, frame_type::task_result,
+                       std::make_shared<const std::string>(encode_outcome(failed(
+                           r.driver_id, kind_actor_died, "manta::actor_died_error",
+                           "manta: actor call '" + r.name + "' did not run: its actor waits for a node to start "
+                           "again on, and its arguments were more than the head keeps meanwhile",
+                           r.name)))});
+      drop_route(it);
+      return;
+    }
     if (!r.actor.empty() && !r.method) keep_constructor_part(r.actor, part);
     r.complete = h.last;
     if (auto node = r.node_connection.lock(); node && !node->done) out.push_back({node, frame_type::part, part, true});
@@ -1359,9 +1386,9 @@ void head::actor_forwarded(std::uint64_t id, routed_task& r, const shared_body& 
       }
     }
   }
-  if (r.method && body) {
-    // A call of an actor with max_task_retries keeps its frame (a single one:
-    // a long call in parts is not kept) until answered, to run again after a restart.
+  if (r.method && (body || r.keep)) {
+    // A call of an actor with max_task_retries keeps its frame (or the parts
+    // of a long one, while the head keeps them) until answered, to run again after a restart.
     auto it = actors_.find(r.actor);
     if (it != actors_.end() && it->second.task_retries != 0 && it->second.restarts_left > 0 &&
         !it->second.ctor.frames.empty()) {  // (it can start again)
