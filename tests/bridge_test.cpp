@@ -238,6 +238,7 @@ TEST(bridge_wire, an_outcome_carries_the_actor_handles_its_values_name_and_how_t
   borrowed.id = std::string(32, 'd');
   borrowed.key = "driver-1/3";
   o.handles = {here, borrowed};
+  o.lender = "driver-2";
   for (const task_outcome& back :
        {decode_outcome(encode_outcome(o)), decode_outcome_head(encode_outcome_head(o), encode_outcome(o).size())}) {
     ASSERT_EQ(back.handles.size(), 2u);
@@ -247,6 +248,7 @@ TEST(bridge_wire, an_outcome_carries_the_actor_handles_its_values_name_and_how_t
     EXPECT_TRUE(back.handles[0].owned && back.handles[0].hosted);
     EXPECT_EQ(back.handles[1].id, std::string(32, 'd'));
     EXPECT_FALSE(back.handles[1].owned || back.handles[1].hosted);
+    EXPECT_EQ(back.lender, "driver-2");
   }
   // A malformed id, an empty key, or hosted without being handed over: refused.
   task_outcome wrong = o;

@@ -296,6 +296,13 @@ std::vector<manta::actor_handle<Counter>> actors_back(int start) {
   return {manta::actor<Counter>().num_cpus(0).remote(start), manta::actor<Counter>().num_cpus(0).remote(start + 50),
           manta::actor<Counter>().resources(on_rare).remote(start + 100)};
 }
+/// An actor of the node it runs on (no CPU), its handle handed back.
+manta::actor_handle<Counter> local_actor(int start) { return manta::actor<Counter>().num_cpus(0).remote(start); }
+/// A task on the node with "rare" starts an actor there and hands it back
+/// here; this hands it on.
+manta::actor_handle<Counter> actor_via_rare(int start) {
+  return manta::get(manta::task(local_actor).resources(on_rare).remote(start), std::chrono::seconds(30));
+}
 /// A handle wrapped in a stored object, as a result's ref names it.
 manta::object_ref<manta::actor_handle<Counter>> actor_in_a_ref(int start) {
   return manta::put(manta::actor<Counter>().num_cpus(0).remote(start));
@@ -330,7 +337,7 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
              handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died, slow_nested,
              fan, echo_handles, kill_it, start_named, nap_marked_where, absorb_through, add_where, count_through,
-             actors_back, actor_in_a_ref);
+             actors_back, actor_in_a_ref, local_actor, actor_via_rare);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
@@ -1220,6 +1227,14 @@ void handles_back() {
   wrapped = {};
   check(wait_for([&] { return process_gone(inner_process); }, std::chrono::seconds(20)),
         "and ends once its handle and the ref holding one are gone");
+  // Handed on twice: from the node with "rare" to a task on the other, then to the driver.
+  auto via = manta::get(manta::task(actor_via_rare).resources(on_special).remote(30), std::chrono::seconds(60));
+  check(host(via) == hopped[1] && call(via, 1) == 31,
+        "an actor handed back twice (to a task on the other node, then to the driver) lives where it started");
+  const int via_process = manta::get(via.task(&Counter::process).remote(), std::chrono::seconds(30));
+  via = {};
+  check(wait_for([&] { return process_gone(via_process); }, std::chrono::seconds(20)),
+        "and ends once the driver dropped it");
   check(manta::get(manta::task(add_one).resources(on_special).remote(1)) == 2, "the cluster goes on");
 }
 

@@ -769,13 +769,15 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
         put_u64(body, first_bytes_at, r.driver_id);
         put_u64(body, stream_at, id);
         auto driver = r.driver.lock();
-        take_over_handles(o, driver, out);
         if (driver && !driver->done)
           out.push_back({driver, frame_type::part, std::make_shared<const std::string>(std::move(body))});
         r.outcome_streaming = !h.last;
         if (h.last) {
+          take_over_handles(o, driver, out);
           --running_[r.node];
           drop_route(it);
+        } else {
+          r.lends = o;  // taken over once its last part went
         }
       }
     } else {
@@ -838,12 +840,16 @@ void head::route_part(const std::shared_ptr<connection>& from, std::string&& bod
     return;
   }
   if (r.node != from->node_id) return;
-  if (auto driver = r.driver.lock(); driver && !driver->done) out.push_back({driver, frame_type::part, part});
+  auto driver = r.driver.lock();
+  if (driver && !driver->done) out.push_back({driver, frame_type::part, part});
   if (h.last) {
+    take_over_handles(r.lends, driver, out);
     --running_[r.node];
     drop_route(it);
   } else if (h.abort) {
-    r.outcome_streaming = false;  // (the node answers again, whole or in parts)
+    r.outcome_streaming = false;  // (the node answers again, whole or in parts, lending them again)
+    take_over_handles(r.lends, nullptr, out);
+    r.lends = {};
   }
 }
 
@@ -867,11 +873,11 @@ void head::route_outcome(connection& from, std::string&& body, std::vector<outgo
   --running_[it->second.node];
   drop_route(it);
   if (driver_id == 0) return;  // an actor started again elsewhere: its driver heard of it the first time
-  take_over_handles(o, driver, out);
   if (driver && !driver->done) {
     set_id(body, driver_id);
     out.push_back({driver, frame_type::task_result, std::make_shared<const std::string>(std::move(body))});
   }
+  take_over_handles(o, driver, out);  // (behind the outcome: a return to that same driver comes after it)
 }
 
 void head::lose_member(connection& c, const std::string& why, std::vector<outgoing>& out) {
@@ -997,8 +1003,10 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       it = following;
       continue;
     }
-    if (std::exchange(r.outcome_streaming, false))  // the driver drops what came of its outcome
+    if (std::exchange(r.outcome_streaming, false)) {  // the driver drops what came of its outcome
       out.push_back({driver, frame_type::part, abort_part(it->first)});
+      take_over_handles(std::exchange(r.lends, {}), nullptr, out);
+    }
     if (r.method && r.keep && !r.frames.empty() && r.retries_left > 0) {
       resend.push_back(it->first);  // (lose_actors sends it again, or fails it)
       it = following;
@@ -1571,34 +1579,31 @@ void head::answer_lookups(const std::string& key, std::vector<outgoing>& out) {
 
 void head::take_over_handles(const task_outcome& o, const std::shared_ptr<connection>& driver,
                              std::vector<outgoing>& out) {
+  if (o.lender.empty()) return;
+  auto lender = connection_of(o.lender, true);  // (gone: its counts went with it)
   for (const returned_handle& h : o.handles) {
-    if (!h.owned) continue;  // (borrowed: nothing changes hands)
-    // The sender's driver made the key: "<its id>/...".
-    auto lender = connection_of(h.key.substr(0, h.key.find('/')), true);
-    if (!lender) continue;  // (gone: its actors went with it)
-    if (!driver || driver->done || lender == driver) {
-      // Nobody receives it, or it came back to the member that lent it: nothing changes hands.
+    if (!h.owned || !lender) continue;  // (borrowed: nothing changes hands)
+    auto it = actors_.find(h.key);
+    const bool hosted_new = it == actors_.end() && h.hosted && h.key.rfind(o.lender + "/", 0) == 0;
+    const bool owned_by_lender = it != actors_.end() && it->second.driver.lock() == lender;
+    if (!driver || driver->done || lender == driver || (!hosted_new && !owned_by_lender)) {
+      // Nobody receives it, it came back to the member that lent it, or that
+      // member did not own it (or it ended): nothing changes hands.
       out.push_back({lender, frame_type::actor_returned, std::make_shared<const std::string>(h.key)});
       continue;
     }
-    auto it = actors_.find(h.key);
-    if (it == actors_.end()) {
-      if (!h.hosted) continue;  // (ended meanwhile: its calls fail as ended)
-      placed_actor& a = actors_[h.key];  // as host_actor, owned by the receiver
-      a.driver = driver;
-      a.lender = lender;
+    if (hosted_new) {
+      placed_actor& a = actors_[h.key];  // as host_actor would, owned by the receiver
       a.node = lender->node_id;
       a.node_connection = lender;
       a.on_driver = true;
       a.class_tag = h.class_tag;
       a.origin = driver->node_id;
       a.ctor.name = h.label;
-      continue;
+      it = actors_.find(h.key);
     }
-    if (it->second.driver.lock() == lender) {
-      it->second.driver = driver;
-      it->second.lender = lender;
-    }
+    it->second.driver = driver;
+    it->second.lenders.push_back(lender);
   }
 }
 
@@ -1650,8 +1655,9 @@ void head::unhost(placed_actor& a) {
 
 std::map<std::string, head::placed_actor>::iterator head::forget_actor(std::map<std::string, placed_actor>::iterator it,
                                                                    std::vector<outgoing>& out) {
-  if (auto lender = it->second.lender.lock(); lender && !lender->done)
-    out.push_back({lender, frame_type::actor_returned, std::make_shared<const std::string>(it->first)});
+  for (const auto& lent : it->second.lenders)
+    if (auto lender = lent.lock(); lender && !lender->done)
+      out.push_back({lender, frame_type::actor_returned, std::make_shared<const std::string>(it->first)});
   unhost(it->second);
   if (auto named = actor_names_.find(it->second.name); named != actor_names_.end() && named->second == it->first)
     actor_names_.erase(named);

@@ -139,6 +139,9 @@ class head {
     /// An actor's call: sent again only to its actor started again elsewhere,
     /// within the actor's max_task_retries (retries_left), never on its own.
     bool method = false;
+    /// Its outcome, streaming to the driver, lends actor handles: taken over
+    /// after its last part (its first part's header lists them).
+    task_outcome lends;
   };
   /// An actor the head placed, by its key: where it lives, and how to start it
   /// again on another node when that one is lost.
@@ -161,9 +164,10 @@ class head {
     /// It lives on its driver's own node (host_actor): calls go to that
     /// driver's connection; never placed, counted on a node or started again.
     bool on_driver = false;
-    /// The member whose handle of it went to `driver` in a result, handing
-    /// it over (returned_handle::owned): told (actor_returned) once it is forgotten.
-    std::weak_ptr<connection> lender;
+    /// The members whose handles of it went to `driver` in results, handing
+    /// it over (returned_handle::owned), one per handle: each is told
+    /// (actor_returned) once it is forgotten.
+    std::vector<std::weak_ptr<connection>> lenders;
     std::string gone;        ///< why it is gone (its later calls fail with it), or empty
     /// Lost with its node while no alive node had what it asks: it starts
     /// again once one joins (place_restarting), or is gone at `restart_by`.
@@ -266,9 +270,10 @@ class head {
   /// Erases an actor (under mu_); the member that lent it hears; returns the next.
   std::map<std::string, placed_actor>::iterator forget_actor(std::map<std::string, placed_actor>::iterator it,
                                                              std::vector<outgoing>& out);
-  /// Actor handles in an outcome going to `driver` (under mu_): those handed
-  /// over change owner, and actors on the sender's own node enter the table;
-  /// with no driver to take them (gone, or null), they go back to their lenders.
+  /// Actor handles in an outcome that went to `driver` (under mu_; queued
+  /// after it): those its lender owned change owner, and actors on the
+  /// lender's own node enter the table; the lender gets the others back at
+  /// once, and every one when there is no driver to take them (gone, or null).
   void take_over_handles(const task_outcome& o, const std::shared_ptr<connection>& driver, std::vector<outgoing>& out);
   /// Keeps a frame of `t` to send again, while the head keeps less than max_kept (under mu_).
   void keep_frame(routed_task& t, frame_type type, const shared_body& body);

@@ -314,6 +314,7 @@ std::string encode_outcome_head(const task_outcome& o) {
       w.put(h.label);
       w.put(static_cast<std::uint8_t>((h.owned ? 1 : 0) | (h.hosted ? 2 : 0)));
     }
+    w.put(o.lender);
   } else {
     put_error(w, o.error);
   }
@@ -364,6 +365,7 @@ task_outcome read_outcome(const parts& p, Take&& take) {
       h.owned = how & 1;
       h.hosted = how & 2;
     }
+    o.lender = r.text();
   } else {
     o.error = read_error(r);
   }

@@ -138,6 +138,9 @@ struct task_outcome {
   std::vector<remote_value> values;
   /// When ok: the actor handles refs in the values name (made before the values).
   std::vector<returned_handle> handles;
+  /// With owned handles: the sender's id as a driver ("driver-N"), which
+  /// keeps a count of each until the head returns it (actor_returned).
+  std::string lender;
   remote_error error;                ///< when not ok
   std::string node;                  ///< the node that ran it (or was to)
   /// decode_outcome(std::string&&): the frame its values' bytes are views

@@ -2,6 +2,7 @@
 // queue of calls not sent yet, what it holds, how it ends.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -56,6 +57,9 @@ struct actor_record {
   bool remote_started = false;  ///< its constructor was sent: its end must be too
   bool borrowed = false;  ///< another driver's actor, found by name: only a kill goes to it
   std::string remote_key;       ///< its key in the cluster (bridge::remote_task::actor)
+  /// Remote: its constructor was answered, or it died: the head knew it. A
+  /// node's result handing it over waits for that (read without the lock).
+  std::atomic<bool> answered{false};
 };
 
 }  // namespace manta::runtime

@@ -244,6 +244,7 @@ void scheduler::actor_host_died(worker_link& w, const std::string& cause) {
 }
 
 void scheduler::actor_dead(actor_record& a, const ipc::error_info& why) {
+  a.answered.store(true, std::memory_order_release);  // (nothing waits for its start now)
   if (a.st != actor_record::state::dead) {
     a.st = actor_record::state::dead;
     a.death = std::make_unique<ipc::error_info>(why);
@@ -318,6 +319,7 @@ object_entry* scheduler::adopt_remote_actor(const std::string& key, std::uint64_
   a->class_tag = class_tag;
   a->label = label;
   a->remote = a->remote_started = a->borrowed = true;
+  a->answered.store(true, std::memory_order_relaxed);  // (it came from the cluster: the head knows it)
   a->remote_key = key;
   a->st = actor_record::state::alive;
   dir_.publish(e, state_ready);

@@ -707,8 +707,14 @@ detail::ref_node* awaited(const node_runtime& rt, const job& j, const object_tab
   if (std::none_of(j.returns.begin(), j.returns.end(),
                    [](detail::ref_node* r) { return !static_cast<object_entry*>(r)->contained.empty(); }))
     return nullptr;
-  for (object_entry* e : made_here_inside(rt, j, fetched))
+  for (object_entry* e : made_here_inside(rt, j, fetched)) {
     if (e->status() == state_pending) return e;
+    // An actor this node started on the cluster: its constructor goes on the
+    // node's other connection, and the head must know it before the result
+    // hands it over. (Not pending: nothing to wake on; the wait is polled.)
+    if (e->actor && e->actor->remote && !e->actor->borrowed && !e->actor->answered.load(std::memory_order_acquire))
+      return e;
+  }
   return nullptr;
 }
 
@@ -719,14 +725,16 @@ bridge::task_outcome finish(node_runtime& rt, job& j, const object_table& fetche
   bridge::task_outcome o;
   o.id = j.id;
   std::size_t bytes = 0;
-  std::vector<std::string> kept;  // the keys of handles first lent here
+  std::vector<std::string> kept;  // the keys of the handles it hands over (a count kept of each)
   auto add = [&](detail::ref_node* n, bool carried) {
     auto* e = static_cast<object_entry*>(n);
     if (carried && e->actor) {
       try {
-        bool first = false;
-        o.handles.push_back(rt.lend_actor(e, first));
-        if (first) kept.push_back(o.handles.back().key);
+        o.handles.push_back(rt.lend_actor(e));
+        if (o.handles.back().owned) {
+          kept.push_back(o.handles.back().key);
+          o.lender = rt.cluster_id();
+        }
       } catch (const std::exception&) {
         o = failed_outcome(j.id, ipc::error_from_exception(std::current_exception(), "", ::getpid()));
       }
@@ -898,7 +906,9 @@ void cluster_driver::host_loop() {
     try {
       if (!running.empty() && std::all_of(running.begin(), running.end(), [&](const job& j) { return awaited(rt_, j, none); })) {
         watch.clear();
-        for (std::size_t i = 0; i < running.size() && watch.size() < 32; ++i) watch.push_back(awaited(rt_, running[i], none));
+        for (std::size_t i = 0; i < running.size() && watch.size() < 32; ++i)
+          if (auto* next = awaited(rt_, running[i], none); next && static_cast<object_entry*>(next)->status() == state_pending)
+            watch.push_back(next);  // (an actor's start awaited is polled)
         raised waiting(host_waits_);
         rt_.wait_any(watch, detail::clock::now() + std::chrono::milliseconds(2),
                      [&] { return host_arrivals_.load() != taken_arrivals; });
@@ -1270,8 +1280,8 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       bool one_done = false;  // since the check above (sealed by the runtime's threads)
       for (std::size_t i = 0; i < running.size() && watch.size() < 32 && !one_done; ++i) {
         detail::ref_node* next = awaited(rt, running[i], objects);
-        if (next) watch.push_back(next);
-        else one_done = true;
+        if (!next) one_done = true;
+        else if (static_cast<object_entry*>(next)->status() == state_pending) watch.push_back(next);
       }
       if (!one_done) {
         raised waiting(waits_for_results);

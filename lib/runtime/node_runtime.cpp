@@ -730,6 +730,7 @@ void node_runtime::prepare_outcome(bridge::task_outcome& o, remote_answer& out,
         auto id = id_from_text(h.id);
         if (!id) throw usage_error("manta: a task's outcome from the cluster names a malformed actor handle id");
         held.push_back(borrow_actor(*id, h.key, h.class_tag, h.label, h.owned));
+        if (h.owned) own_actor(held.back());  // (one this driver borrowed before is its own now)
       }
       for (const auto& v : o.values) {
         if (v.id.empty()) continue;
@@ -876,8 +877,18 @@ detail::ref_node* node_runtime::borrow_actor(const object_id& id, const std::str
   return e;
 }
 
-bridge::returned_handle node_runtime::lend_actor(detail::ref_node* handle, bool& kept) {
-  kept = false;
+std::string node_runtime::cluster_id() {
+  scheduler_lock lock(*this);  // (cluster_ goes under it at shutdown)
+  return cluster_ ? cluster_->id() : std::string();
+}
+
+void node_runtime::own_actor(detail::ref_node* handle) {
+  auto* e = static_cast<object_entry*>(handle);
+  scheduler_lock lock(*this);
+  if (e->actor && e->actor->remote && e->actor->remote_key.size()) e->actor->borrowed = false;
+}
+
+bridge::returned_handle node_runtime::lend_actor(detail::ref_node* handle) {
   object_entry* e = static_cast<object_entry*>(handle);
   scheduler_lock lock(*this);
   actor_record& a = *e->actor;
@@ -903,8 +914,10 @@ bridge::returned_handle node_runtime::lend_actor(detail::ref_node* handle, bool&
   h.key = a.remote_key;
   if (a.borrowed) return h;  // another driver's: borrowed there too
   h.owned = true;
-  kept = lent_.emplace(h.key, e).second;
-  if (kept) detail::acquire(e);
+  auto& [entry, counts] = lent_[h.key];
+  entry = e;
+  ++counts;
+  detail::acquire(e);
   return h;
 }
 
@@ -914,20 +927,21 @@ void node_runtime::actor_returned(const std::string& key) {
   {
     scheduler_lock lock(*this);
     if (auto it = lent_.find(key); it != lent_.end()) {
-      e = it->second;
-      lent_.erase(it);
+      e = it->second.first;
+      if (--it->second.second == 0) lent_.erase(it);
     }
   }
   if (e) detail::release(e);  // (may end it: its last handle)
 }
 
 void node_runtime::give_back_lent() {
-  std::unordered_map<std::string, object_entry*> lent;
+  decltype(lent_) lent;
   {
     scheduler_lock lock(*this);
     lent.swap(lent_);
   }
-  for (auto& [key, e] : lent) detail::release(e);
+  for (auto& [key, kept] : lent)
+    for (std::size_t i = 0; i < kept.second; ++i) detail::release(kept.first);
 }
 
 detail::ref_node* node_runtime::import_failed(const object_id& id, const ipc::error_info& why) {

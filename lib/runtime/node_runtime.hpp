@@ -134,15 +134,20 @@ class node_runtime final : public process::process_context, public scheduler_hos
   ///                its handles going here end it, as this driver's own would
   detail::ref_node* borrow_actor(const object_id& id, const std::string& key, std::uint64_t class_tag,
                                  const std::string& label, bool owned = false);
+  /// This runtime's id as a driver of its cluster ("driver-N"), or empty.
+  std::string cluster_id();
+  /// A handle handed over to this driver (returned_handle::owned): if it
+  /// borrowed that actor before, it owns it now (its last handle ends it).
+  void own_actor(detail::ref_node* handle);
   /// A handle of `e`'s actor leaves in a task's results for another member
   /// (the serving or host thread): how it travels. An actor of this node gets
   /// a key in the cluster (the head learns of it from the outcome) and one
   /// this driver started on the cluster keeps its own; both are handed over,
   /// and this node keeps a count until the head says the receiver is done
   /// with it (actor_returned). Another driver's actor travels borrowed.
-  /// @param kept  set when this call took the count (not kept before for that key)
+  /// Each call that hands one over keeps a count, given back by one actor_returned.
   /// @throws usage_error for an actor whose constructor has not gone to the cluster yet
-  bridge::returned_handle lend_actor(detail::ref_node* handle, bool& kept);
+  bridge::returned_handle lend_actor(detail::ref_node* handle);
   /// The head's word that the actor lent as `key` is no longer held where it
   /// went (from the applier thread): the count kept for it goes.
   void actor_returned(const std::string& key);
@@ -246,8 +251,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// Asks for objects still pending, by entry (each counted once; under the scheduler's lock).
   std::unordered_map<object_entry*, std::vector<bridge::object_note>> asked_pending_;
   std::uint64_t remote_actors_ = 0;  ///< actors started on the cluster (their keys' numbers; under the scheduler's lock)
-  /// Handles lent in results, by key: one count each (under the scheduler's lock).
-  std::unordered_map<std::string, object_entry*> lent_;
+  /// Handles lent in results, by key: the entry, and how many counts of it
+  /// are kept, one per lend (under the scheduler's lock).
+  std::unordered_map<std::string, std::pair<object_entry*, std::size_t>> lent_;
   /// Gives back every lent handle's count (the cluster is gone).
   void give_back_lent();
   /// A node: the drivers whose programs its tasks serve (task_spec::origin

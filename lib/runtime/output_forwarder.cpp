@@ -81,8 +81,11 @@ std::size_t prune_worker_logs(const std::string& dir, std::size_t dir_bytes) {
     int fd = ::open(log.path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) continue;
     // A writer holds a shared lock for as long as it has the file open, and
-    // the lock goes with its process, however that ends.
-    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::unlink(log.path.c_str()) == 0) {
+    // the lock goes with its process, however that ends. The name must still
+    // be the file locked (another runtime's log may have turned old onto it).
+    struct stat locked, named;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &locked) == 0 && ::lstat(log.path.c_str(), &named) == 0 &&
+        locked.st_dev == named.st_dev && locked.st_ino == named.st_ino && ::unlink(log.path.c_str()) == 0) {
       total -= log.bytes;
       removed += log.bytes;
     }
@@ -186,8 +189,9 @@ void output_forwarder::keep(pid_t pid, const char* data, std::size_t n) {
     if (auto written = ::write(log.fd, from, count); written > 0) log.bytes += static_cast<std::size_t>(written);
   };
   const std::size_t room = limits_.file_bytes > log.bytes ? limits_.file_bytes - log.bytes : 0;
-  if (log.fd >= 0 && n > room && log.bytes + room > 0) {
-    // The file ends with the last whole line that fits; the next one begins the new file.
+  if (log.fd >= 0 && n > room && log.bytes > 0) {
+    // The file ends with the last whole line that fits in this read (else
+    // where the read before ended); the next one begins the new file.
     const void* newline = room ? ::memrchr(data, '\n', room) : nullptr;
     const std::size_t cut = newline ? static_cast<std::size_t>(static_cast<const char*>(newline) - data) + 1 : 0;
     append(data, cut);
@@ -305,22 +309,26 @@ void output_forwarder::run() {
       }
       bool open = forward(fd, s);
       write_pending();
-      std::lock_guard lock(mu_);
-      if (open) {
-        streams_[fd] = std::move(s);
-      } else {
-        ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-        ipc::disown_fd(fd);
-        ::close(fd);
-        streams_.erase(fd);
-        // Its log closes with the last of its streams.
-        bool more = std::any_of(streams_.begin(), streams_.end(), [&](auto& kv) { return kv.second.pid == s.pid; });
-        if (auto log = logs_.find(s.pid); !more && log != logs_.end()) {
-          close_log(log->second);
-          logs_.erase(log);
-          prune_now_and_then();
+      bool closed_log = false;
+      {
+        std::lock_guard lock(mu_);
+        if (open) {
+          streams_[fd] = std::move(s);
+        } else {
+          ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+          ipc::disown_fd(fd);
+          ::close(fd);
+          streams_.erase(fd);
+          // Its log closes with the last of its streams.
+          bool more = std::any_of(streams_.begin(), streams_.end(), [&](auto& kv) { return kv.second.pid == s.pid; });
+          if (auto log = logs_.find(s.pid); !more && log != logs_.end()) {
+            close_log(log->second);
+            logs_.erase(log);
+            closed_log = true;
+          }
         }
       }
+      if (closed_log) prune_now_and_then();  // (not under mu_: add() must not wait for a directory scan)
     }
   }
 }

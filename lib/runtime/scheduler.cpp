@@ -161,6 +161,7 @@ void scheduler::remote_result(std::uint64_t key, std::span<const ipc::value_loca
   if (!t || t->in_lane != &remote_) return free_placed();  // cancelled (or failed) meanwhile
   if (error || values.size() != t->returns.size()) free_placed();
   if (t->mode == detail::call_mode::construct) {  // a remote actor's start: its handle stands already
+    t->actor->answered.store(true, std::memory_order_release);
     if (error) remote_constructor_failed(t, *error);
     else finish_task(t);
     return;
