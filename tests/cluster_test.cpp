@@ -101,11 +101,13 @@ class cluster : public ::testing::Test {
 
   std::string log(const std::string& name) { return slurp(dir_ + "/" + name); }
 
-  /// Two nodes with "special", a driver running `scenario` (which must pass),
-  /// then the cluster stopped; returns the nodes' exit statuses, sorted.
-  std::pair<int, int> with_two_nodes(const std::string& scenario) {
-    pid_t a = member(true, {"special"}, "node-1.log");
-    pid_t b = member(true, {"special"}, "node-2.log");
+  /// Two nodes (with resources `first` and `second`: "special" both by
+  /// default), a driver running `scenario` (which must pass), then the
+  /// cluster stopped; returns the nodes' exit statuses, sorted.
+  std::pair<int, int> with_two_nodes(const std::string& scenario, const std::string& first = "special",
+                                     const std::string& second = "special") {
+    pid_t a = member(true, {first}, "node-1.log");
+    pid_t b = member(true, {second}, "node-2.log");
     pid_t driver = member(false, {scenario, "2"}, "driver.log");
     EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
     EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
@@ -326,25 +328,11 @@ TEST_F(cluster, refs_inside_the_arguments_of_a_task_on_a_node_name_the_drivers_o
 }
 
 TEST_F(cluster, tasks_on_a_node_reach_the_rest_of_the_cluster) {
-  pid_t a = member(true, {"special"}, "node-1.log");
-  pid_t b = member(true, {"rare"}, "node-2.log");
-  pid_t driver = member(false, {"from_nodes", "2"}, "driver.log");
-  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
-  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
-  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
-  EXPECT_EQ(finish(a, 20s), 0) << log("node-1.log");
-  EXPECT_EQ(finish(b, 20s), 0) << log("node-2.log");
+  EXPECT_EQ(with_two_nodes("from_nodes", "special", "rare"), std::make_pair(0, 0));
 }
 
 TEST_F(cluster, actors_a_task_on_a_node_started_come_back_in_its_result_and_live_while_the_driver_holds_them) {
-  pid_t a = member(true, {"special"}, "node-1.log");
-  pid_t b = member(true, {"rare"}, "node-2.log");
-  pid_t driver = member(false, {"handles_back", "2"}, "driver.log");
-  EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log") << "\n--- nodes:\n" << log("node-1.log") << log("node-2.log");
-  EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
-  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
-  EXPECT_EQ(finish(a, 20s), 0) << log("node-1.log");
-  EXPECT_EQ(finish(b, 20s), 0) << log("node-2.log");
+  EXPECT_EQ(with_two_nodes("handles_back", "special", "rare"), std::make_pair(0, 0));
 }
 
 TEST_F(cluster, a_driver_that_leaves_ends_its_tasks_and_the_tasks_they_started_on_other_nodes) {

@@ -119,6 +119,24 @@ class header_reader {
   const char* what_;
 };
 
+/// An actor handle's fields, as tasks and outcomes carry them.
+void put_handle(header_writer& w, const remote_task::handle& h) {
+  w.put(h.id);
+  w.put(h.key);
+  w.put(h.class_tag);
+  w.put(h.label);
+}
+void read_handle(header_reader& r, remote_task::handle& h) {
+  h.id = r.text();
+  h.key = r.text();
+  h.class_tag = r.get<std::uint64_t>();
+  h.label = r.text();
+  if (h.id.size() != 32 || h.id.find_first_not_of("0123456789abcdef") != std::string::npos || h.key.empty())
+    r.fail("an actor handle with a malformed id or key");
+}
+/// The least bytes a handle's fields take (three lengths and the class).
+constexpr std::size_t handle_bytes = 3 * sizeof(std::uint32_t) + sizeof(std::uint64_t);
+
 struct parts {
   std::uint64_t id;
   std::string_view header;
@@ -180,12 +198,7 @@ std::string encode_task_head(const remote_task& t) {
   }
   w.put(t.objects);
   w.put(static_cast<std::uint32_t>(t.handles.size()));
-  for (const auto& a : t.handles) {
-    w.put(a.id);
-    w.put(a.key);
-    w.put(a.class_tag);
-    w.put(a.label);
-  }
+  for (const auto& a : t.handles) put_handle(w, a);
   w.put(t.origin);
   w.put(t.node);
   w.put(t.object);
@@ -225,16 +238,7 @@ remote_task decode_task_header(const parts& p) {
     }
   }
   t.objects = r.texts();
-  for (auto n = r.count(3 * sizeof(std::uint32_t) + sizeof(std::uint64_t)); n > 0; --n) {
-    remote_task::handle one;
-    one.id = r.text();
-    one.key = r.text();
-    one.class_tag = r.get<std::uint64_t>();
-    one.label = r.text();
-    if (one.id.size() != 32 || one.id.find_first_not_of("0123456789abcdef") != std::string::npos || one.key.empty())
-      throw wire_error("manta bridge: a task names an actor handle with a malformed id or key");
-    t.handles.push_back(std::move(one));
-  }
+  for (auto n = r.count(handle_bytes); n > 0; --n) read_handle(r, t.handles.emplace_back());
   t.origin = r.text();
   t.node = r.text();
   t.object = r.text();
@@ -308,10 +312,7 @@ std::string encode_outcome_head(const task_outcome& o) {
     }
     w.put(static_cast<std::uint32_t>(o.handles.size()));
     for (const auto& h : o.handles) {
-      w.put(h.id);
-      w.put(h.key);
-      w.put(h.class_tag);
-      w.put(h.label);
+      put_handle(w, h);
       w.put(static_cast<std::uint8_t>((h.owned ? 1 : 0) | (h.hosted ? 2 : 0)));
     }
     w.put(o.lender);
@@ -352,16 +353,11 @@ task_outcome read_outcome(const parts& p, Take&& take) {
       at += size;
     }
     if (at != p.payload_size) throw wire_error("manta bridge: an outcome with bytes past its values");
-    for (auto k = r.count(3 * sizeof(std::uint32_t) + sizeof(std::uint64_t) + 1); k > 0; --k) {
+    for (auto k = r.count(handle_bytes + 1); k > 0; --k) {
       returned_handle& h = o.handles.emplace_back();
-      h.id = r.text();
-      h.key = r.text();
-      h.class_tag = r.get<std::uint64_t>();
-      h.label = r.text();
+      read_handle(r, h);
       const auto how = r.get<std::uint8_t>();
-      if (how > 3 || (how == 2) || h.id.size() != 32 ||
-          h.id.find_first_not_of("0123456789abcdef") != std::string::npos || h.key.empty())
-        throw wire_error("manta bridge: an outcome names an actor handle with a malformed id, key or flags");
+      if (how > 3 || how == 2) r.fail("an actor handle handed over with unknown flags");  // (hosted: owned too)
       h.owned = how & 1;
       h.hosted = how & 2;
     }
