@@ -114,6 +114,8 @@ tls_context::~tls_context() { SSL_CTX_free(ctx_); }
 
 std::shared_ptr<tls_context> member_tls_from_env() {
   if (const char* ca = std::getenv("MANTA_TLS_CA"); ca && *ca) return tls_context::for_member(ca);
+  // The ranks of a launch share the head's certificate: they trust it (self-signed, its own authority).
+  if (const char* cert = std::getenv("MANTA_TLS_CERT"); cert && *cert) return tls_context::for_member(cert);
   if (const char* on = std::getenv("MANTA_TLS"); on && std::strcmp(on, "1") == 0) return tls_context::for_member("");
   return nullptr;
 }

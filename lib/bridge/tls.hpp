@@ -41,8 +41,9 @@ class tls_context {
   bool checks_head_ = false;
 };
 
-/// A member's TLS from its environment (MANTA_TLS_CA, else MANTA_TLS=1), or
-/// null: plain TCP. @throws io_error if MANTA_TLS_CA names an unusable file
+/// A member's TLS from its environment (MANTA_TLS_CA; else MANTA_TLS_CERT,
+/// the head's own certificate, as the ranks of a launch share it; else
+/// MANTA_TLS=1), or null: plain TCP. @throws io_error if the file is unusable
 std::shared_ptr<tls_context> member_tls_from_env();
 
 /// Runs the TLS handshake on connected socket `fd` as the head (accepting) or

@@ -149,10 +149,10 @@ void init(const options& opts) {
   cluster_role role = role_of(opts);
   runtime::node_runtime* serving = nullptr;
   std::string token;
-  if (role.launch && (std::getenv("MANTA_TLS") || std::getenv("MANTA_TLS_CA")))
+  if (role.launch && (std::getenv("MANTA_TLS") || std::getenv("MANTA_TLS_CA")) && !std::getenv("MANTA_TLS_CERT"))
     throw usage_error("manta: MANTA_TLS / MANTA_TLS_CA are set, but the head that rank 0 of " + role.launch->launcher +
-                      " hosts speaks plain TCP (TLS needs a head started by manta start --head --tls-cert); "
-                      "unset them");
+                      " hosts speaks TLS only with MANTA_TLS_CERT and MANTA_TLS_KEY set (for every rank); "
+                      "set them, or unset MANTA_TLS / MANTA_TLS_CA");
   // A node of a launch learns rank 0's head from its files before it starts
   // (no thread of manta's runs yet), or over MPI once its zygote is forked
   // (MPI starts threads of its own).

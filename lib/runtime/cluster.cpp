@@ -1386,7 +1386,13 @@ launch_head::launch_head(const launch& l, const std::string& dir)
       address_file_(dir.empty() ? "" : dir + "/launch-" + l.job + ".address") {
   std::string bind = env_string("MANTA_BIND");
   if (bind.empty()) bind = "127.0.0.1";  // loopback unless told: one machine
-  head_ = std::make_unique<bridge::head>(bridge::head::config{.bind = bind, .token = token_});
+  // TLS as manta start --head --tls-cert/--tls-key, from the environment every rank shares.
+  const std::string cert = env_string("MANTA_TLS_CERT"), key = env_string("MANTA_TLS_KEY");
+  if (cert.empty() != key.empty())
+    throw usage_error("manta: under " + l.launcher + ", MANTA_TLS_CERT and MANTA_TLS_KEY go together (one is unset)");
+  std::shared_ptr<bridge::tls_context> tls;
+  if (!cert.empty()) tls = bridge::tls_context::for_head(cert, key);
+  head_ = std::make_unique<bridge::head>(bridge::head::config{.bind = bind, .token = token_, .tls = tls});
   const std::string host = bind == "0.0.0.0" || bind == "::" ? host_name() : bind;
   address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(head_->port());
   if (dir.empty()) return;
