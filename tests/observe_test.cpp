@@ -388,6 +388,25 @@ TEST(observe_alone, logs_nobody_writes_are_removed_oldest_first_while_the_direct
   std::filesystem::remove_all(dir);
 }
 
+TEST(observe_alone, a_runtime_that_stops_leaves_its_logs_within_MANTA_LOG_DIR_MB) {
+  std::string dir = manta::testing::temp_path("observe-prune-at-stop");
+  std::filesystem::create_directories(dir);
+  ::setenv("MANTA_LOG_DIR_MB", "1", 1);
+  manta::init({.num_workers = 2, .log_dir = dir});
+  ::unsetenv("MANTA_LOG_DIR_MB");
+  // The workers print 1.6 MB in all: logs held while they live.
+  std::vector<manta::object_ref<int>> refs;
+  for (int i = 0; i < 8; ++i) refs.push_back(manta::task(print_lines).remote(2000));
+  std::set<int> pids;
+  for (int pid : manta::get(refs)) pids.insert(pid);
+  manta::shutdown();
+  std::uintmax_t total = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir))
+    if (f.path().filename().string().rfind("worker-", 0) == 0) total += f.file_size();
+  EXPECT_LE(total, 1u << 20) << pids.size() << " workers printed";
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(observe, a_worker_crash_carries_the_crashing_threads_stack) {
   try {
     manta::get(manta::task(crash_in_task).max_retries(0).remote(3));

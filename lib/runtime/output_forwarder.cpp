@@ -114,6 +114,9 @@ output_forwarder::~output_forwarder() {
   }
   streams_.clear();
   for (auto& [pid, log] : logs_) close_log(log);
+  // Once more, with every log closed: processes ending together at shutdown
+  // find the prune they ask for rate-limited.
+  if (!log_dir_.empty()) prune_worker_logs(log_dir_, limits_.dir_bytes);
   for (int fd : {epoll_fd_, wake_[0], wake_[1]})
     if (fd >= 0) {
       ipc::disown_fd(fd);
