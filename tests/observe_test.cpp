@@ -63,11 +63,17 @@ int print_lines(int lines) {
 }
 MANTA_REMOTE(print_lines);
 
-std::string file_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+using manta::testing::file_text;
+
+/// A runtime with its own log_dir (returned), started with environment
+/// variable `name` set to `value` (the log limits are read at init).
+std::string start_with(const std::string& stem, const char* name, const char* value, int workers) {
+  std::string dir = manta::testing::temp_path(stem);
+  std::filesystem::create_directories(dir);
+  ::setenv(name, value, 1);
+  manta::init({.num_workers = workers, .log_dir = dir});
+  ::unsetenv(name);
+  return dir;
 }
 
 // A real fault (UBSan would stop a null store first: not checked here).
@@ -326,11 +332,7 @@ TEST_F(observe, each_worker_keeps_its_output_in_a_log_file) {
 }
 
 TEST(observe_alone, a_workers_log_turns_old_at_MANTA_LOG_FILE_MB_so_a_process_keeps_at_most_twice_that) {
-  std::string dir = manta::testing::temp_path("observe-rotate");
-  std::filesystem::create_directories(dir);
-  ::setenv("MANTA_LOG_FILE_MB", "1", 1);
-  manta::init({.num_workers = 1, .log_dir = dir});
-  ::unsetenv("MANTA_LOG_FILE_MB");
+  const std::string dir = start_with("observe-rotate", "MANTA_LOG_FILE_MB", "1", 1);
   const int lines = 30000;  // 3 MB
   int pid = manta::get(manta::task(print_lines).remote(lines));
   const std::string log = dir + "/worker-" + std::to_string(pid) + ".log";
@@ -389,11 +391,7 @@ TEST(observe_alone, logs_nobody_writes_are_removed_oldest_first_while_the_direct
 }
 
 TEST(observe_alone, a_runtime_that_stops_leaves_its_logs_within_MANTA_LOG_DIR_MB) {
-  std::string dir = manta::testing::temp_path("observe-prune-at-stop");
-  std::filesystem::create_directories(dir);
-  ::setenv("MANTA_LOG_DIR_MB", "1", 1);
-  manta::init({.num_workers = 2, .log_dir = dir});
-  ::unsetenv("MANTA_LOG_DIR_MB");
+  const std::string dir = start_with("observe-prune-at-stop", "MANTA_LOG_DIR_MB", "1", 2);
   // The workers print 1.6 MB in all: logs held while they live.
   std::vector<manta::object_ref<int>> refs;
   for (int i = 0; i < 8; ++i) refs.push_back(manta::task(print_lines).remote(2000));
