@@ -105,6 +105,70 @@ TEST(bridge_wire, a_long_body_goes_in_parts_that_interleave_and_come_back_whole)
   EXPECT_EQ(parts.open_streams(), 0u);
 }
 
+TEST(bridge_wire, a_long_frame_lands_where_its_receiver_chooses_part_by_part) {
+  // A landing that counts what it is given and keeps only the first part's bytes.
+  struct counting : frame_landing {
+    std::string first;
+    std::size_t taken = 0, calls = 0;
+    void take(std::string_view bytes) override {
+      taken += bytes.size();
+      ++calls;
+    }
+    frame finish() override { return {frame_type::run_task, first + "/" + std::to_string(taken), {}}; }
+  };
+  std::vector<std::string> chosen;
+  part_assembler parts(2 * max_long_body, [&](frame_type type, std::string_view first, std::uint64_t total)
+                                               -> std::unique_ptr<frame_landing> {
+    chosen.push_back(std::string(first) + "@" + std::to_string(total));
+    if (type != frame_type::run_task) return nullptr;  // joined, as without a lander
+    auto l = std::make_unique<counting>();
+    l->first = first;
+    return l;
+  });
+  const std::string head = "head", a(part_size + 7, 'a');
+  std::vector<frame> whole;
+  for (auto& f : framed(frame_type::run_task, {head, a}, 1))
+    if (auto w = parts.take(f.body)) whole.push_back(std::move(*w));
+  for (auto& f : framed(frame_type::task_result, {head, a}, 2))
+    if (auto w = parts.take(f.body)) whole.push_back(std::move(*w));
+  ASSERT_EQ(whole.size(), 2u);
+  EXPECT_EQ(whole[0].body, "head/" + std::to_string(a.size())) << "every byte after the first part, given to the landing";
+  EXPECT_EQ(whole[1].body, head + a) << "a frame the lander declines is joined";
+  ASSERT_EQ(chosen.size(), 2u);
+  EXPECT_EQ(chosen[0], "head@" + std::to_string(head.size() + a.size()));
+  // Lengths are held to the announcement as before, landing or not.
+  auto p = framed(frame_type::run_task, {head, a}, 3);
+  EXPECT_FALSE(parts.take(p[0].body));
+  EXPECT_FALSE(parts.take(p[1].body));
+  EXPECT_THROW(parts.take(p[2].body + "x"), wire_error) << "a landing stream past its length";
+}
+
+TEST(bridge_wire, an_outcome_decodes_with_values_that_landed_outside_its_frame) {
+  task_outcome o;
+  o.id = 8;
+  o.values = {{1, "small"}, {2, std::string(100, 'L')}, {3, ""}, {4, std::string(70, 'M')}};
+  const std::string body = encode_outcome(o);
+  const outcome_layout layout = layout_of_outcome(std::string_view(body).substr(0, encode_outcome_head(o).size() + 2),
+                                                  body.size());
+  EXPECT_EQ(layout.head, encode_outcome_head(o).size());
+  EXPECT_EQ(layout.sizes, (std::vector<std::uint64_t>{5, 100, 0, 70}));
+  EXPECT_THROW(layout_of_outcome(encode_outcome_head(o), body.size() + 1), wire_error);
+  // Values 1 and 3 landed elsewhere: the body keeps the head and the others' bytes.
+  const std::uint32_t landed[] = {1, 3};
+  task_outcome back = decode_outcome(encode_outcome_head(o) + "small", std::span<const std::uint32_t>(landed));
+  ASSERT_EQ(back.values.size(), 4u);
+  EXPECT_EQ(back.values[0].data(), "small");
+  EXPECT_FALSE(back.values[0].landed);
+  EXPECT_EQ(back.values[1].landed, 0u);
+  EXPECT_EQ(back.values[1].tag, 2u);
+  EXPECT_EQ(back.values[2].data(), "");
+  EXPECT_EQ(back.values[3].landed, 1u);
+  EXPECT_THROW(decode_outcome(encode_outcome_head(o) + "small", std::span<const std::uint32_t>(landed, 1)), wire_error)
+      << "the bytes of a value said to have landed are missing";
+  const std::uint32_t wrong[] = {1, 9};
+  EXPECT_THROW(decode_outcome(encode_outcome_head(o) + "small", std::span<const std::uint32_t>(wrong)), wire_error) << "a value it does not have";
+}
+
 TEST(bridge_wire, parts_out_of_order_too_long_or_of_no_stream_are_refused) {
   const std::string a(part_size + 1, 'a');
   auto parts_of = [&](std::uint64_t stream) { return framed(frame_type::run_task, {"head", a}, stream); };

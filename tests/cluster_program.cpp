@@ -211,6 +211,17 @@ std::vector<doubles_ref> made_here() {
   return {manta::put(std::vector<double>{1, 2, 3}), manta::put(std::vector<double>(300'000, 0.5)),
           manta::task(slow_doubles).remote(300, 100)};
 }
+/// A long task's arguments of every kind (a small value, a large one, a
+/// stored object, a string): those over 64 KiB land in the node's arena as
+/// they arrive, the others stay in its blob.
+double mixed_args(int small, std::vector<double> large, std::span<const double> stored, std::string text) {
+  return small + std::accumulate(large.begin(), large.end(), 0.0) + std::accumulate(stored.begin(), stored.end(), 0.0) +
+         static_cast<double>(text.size());
+}
+/// A long result (over 8 MiB) whose refs name a large and a small object made here.
+std::vector<doubles_ref> made_long() {
+  return {manta::put(std::vector<double>(1'500'000, 2.0)), manta::put(std::vector<double>{3})};
+}
 /// A ref to a stored list of refs, all made on its node.
 manta::object_ref<std::vector<doubles_ref>> refs_in_a_ref() {
   return manta::put(std::vector<doubles_ref>{manta::put(std::vector<double>(200'000, 1.0)),
@@ -337,7 +348,7 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
              handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died, slow_nested,
              fan, echo_handles, kill_it, start_named, nap_marked_where, absorb_through, add_where, count_through,
-             actors_back, actor_in_a_ref, local_actor, actor_via_rare);
+             actors_back, actor_in_a_ref, local_actor, actor_via_rare, mixed_args, made_long);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
@@ -1651,6 +1662,17 @@ void many_long() {
   right = true;
   for (const auto& v : back) right = right && v.size() == 6'250'000 && v.back() == 0.25;
   check(right, "12 long results at once each came back whole");
+  auto stored = manta::put(std::vector<double>(300'000, 1.0));
+  const double mixed = manta::get(manta::task(mixed_args)
+                                      .resources(on_special)
+                                      .remote(5, std::vector<double>(1'250'000, 2.0), stored, std::string(70'000, 't')),
+                                  std::chrono::seconds(60));
+  check(mixed == 5 + 2'500'000 + 300'000 + 70'000,
+        "a long task's small, large, stored and string arguments each reached the node right");
+  auto made = manta::get(manta::task(made_long).resources(on_special).remote(), std::chrono::seconds(60));
+  const auto values = manta::get(made, std::chrono::seconds(30));
+  check(values.size() == 2 && values[0].size() == 1'500'000 && values[0].back() == 2.0 && values[1] == std::vector<double>{3},
+        "a long result's refs name the objects made on the node, each read here whole");
 }
 
 /// Sends a gigabyte to a node and dies while it streams out.

@@ -1727,8 +1727,9 @@ void head::stop_cluster() {
 // ---- a node's link
 
 node_link::node_link(const std::string& address, const std::string& token, node_info info,
-                     std::function<void(const std::string&)> on_end, std::function<void(std::vector<frame>&&)> on_frames)
-    : on_end_(std::move(on_end)), on_frames_(std::move(on_frames)) {
+                     std::function<void(const std::string&)> on_end, std::function<void(std::vector<frame>&&)> on_frames,
+                     frame_lander lander)
+    : parts_(2 * max_long_body, std::move(lander)), on_end_(std::move(on_end)), on_frames_(std::move(on_frames)) {
   auto [host, port] = split_address(address);
   try {
     fd_ = connect_to(host, port, std::chrono::seconds(5));

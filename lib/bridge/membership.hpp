@@ -332,10 +332,11 @@ class node_link {
   ///                   order, those that came together in one call (so a
   ///                   receiver hands them on together); it must not block.
   ///                   An exception from it ends the link.
+  /// @param lander  where long frames from the head land (on the link's thread), if not joined
   /// @throws join_error saying why it could not join
   node_link(const std::string& address, const std::string& token, node_info info,
             std::function<void(const std::string& why)> on_end,
-            std::function<void(std::vector<frame>&&)> on_frames = {});
+            std::function<void(std::vector<frame>&&)> on_frames = {}, frame_lander lander = {});
   ~node_link();
   node_link(const node_link&) = delete;
   node_link& operator=(const node_link&) = delete;

@@ -325,8 +325,9 @@ std::string encode_outcome_head(const task_outcome& o) {
 namespace {
 /// The outcome in `p`; its values' sizes are checked against the payload's
 /// whole length, and each is copied out when `take` says so.
+/// Values numbered in `outside` (in order) have no bytes in the payload: they landed outside it.
 template <class Take>
-task_outcome read_outcome(const parts& p, Take&& take) {
+task_outcome read_outcome(const parts& p, Take&& take, std::span<const std::uint32_t> outside = {}) {
   task_outcome o;
   o.id = p.id;
   header_reader r(p.header, "outcome");
@@ -336,11 +337,13 @@ task_outcome read_outcome(const parts& p, Take&& take) {
     std::uint64_t at = 0;
     // (each value's fields take at least 25 bytes: tag, size, two counts, a flag)
     const auto n = r.count(2 * sizeof(std::uint64_t) + 2 * sizeof(std::uint32_t) + 1);
+    std::size_t next_outside = 0;
     for (std::uint32_t i = 0; i < n; ++i) {
       remote_value& v = o.values.emplace_back();
       v.tag = r.get<std::uint64_t>();
       const auto size = r.get<std::uint64_t>();
-      if (size > p.payload_size - at) throw wire_error("manta bridge: an outcome's values run past its end");
+      if (next_outside < outside.size() && outside[next_outside] == i) v.landed = static_cast<std::uint32_t>(next_outside++);
+      else if (size > p.payload_size - at) throw wire_error("manta bridge: an outcome's values run past its end");
       v.inside = r.texts();
       v.id = r.text();
       auto id_text = [](const std::string& t) {
@@ -349,10 +352,12 @@ task_outcome read_outcome(const parts& p, Take&& take) {
       if ((!v.id.empty() && !id_text(v.id)) || !std::all_of(v.inside.begin(), v.inside.end(), id_text))
         throw wire_error("manta bridge: an outcome names an object id that is not 32 hex digits");
       if (r.flag()) v.error = read_error(r);
+      if (v.landed) continue;
       take(v, at, size, i + 1 == n);
       at += size;
     }
     if (at != p.payload_size) throw wire_error("manta bridge: an outcome with bytes past its values");
+    if (next_outside != outside.size()) throw wire_error("manta bridge: an outcome's landed values are not its own");
     for (auto k = r.count(handle_bytes + 1); k > 0; --k) {
       returned_handle& h = o.handles.emplace_back();
       read_handle(r, h);
@@ -379,20 +384,29 @@ task_outcome decode_outcome(std::string_view body, bool with_values) {
   return o;
 }
 
-task_outcome decode_outcome(std::string&& body) {
+task_outcome decode_outcome(std::string&& body, std::span<const std::uint32_t> landed) {
   parts p = split(body);
   const std::size_t payload_at = body.size() - p.payload.size();
   std::vector<std::pair<std::uint64_t, std::uint64_t>> spans;  // each value's place in the payload
   task_outcome o = read_outcome(
-      p, [&](remote_value&, std::uint64_t at, std::uint64_t size, bool) { spans.emplace_back(at, size); });
-  if (o.ok && !o.values.empty()) {
+      p, [&](remote_value&, std::uint64_t at, std::uint64_t size, bool) { spans.emplace_back(at, size); }, landed);
+  if (o.ok && !spans.empty()) {
     // A gigabyte of results is not copied on the link's thread (which must keep its heartbeats going).
     o.frame = std::make_shared<const std::string>(std::move(body));
     const std::string_view all(*o.frame);
-    for (std::size_t i = 0; i < o.values.size(); ++i)
-      o.values[i].borrowed = all.substr(payload_at + spans[i].first, spans[i].second);
+    auto span = spans.begin();
+    for (remote_value& v : o.values)
+      if (!v.landed) v.borrowed = all.substr(payload_at + span->first, span->second), ++span;
   }
   return o;
+}
+
+outcome_layout layout_of_outcome(std::string_view start, std::uint64_t total) {
+  parts p = split(start, total);
+  outcome_layout l;
+  l.head = start.size() - p.payload.size();
+  read_outcome(p, [&](remote_value&, std::uint64_t, std::uint64_t size, bool) { l.sizes.push_back(size); });
+  return l;
 }
 
 task_outcome decode_outcome_head(std::string_view start, std::uint64_t total) {

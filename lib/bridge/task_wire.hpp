@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,9 @@ struct remote_task {
   /// the object's key; its one argument is the value.
   std::string node, object;
   std::string args;  ///< the argument blob: values, and refs into `objects`
+  /// The receiver's: values kept out of `args` where they landed as they
+  /// arrived (frame::landed); the blob names them as refs past `objects`.
+  std::shared_ptr<void> landed;
 };
 
 /// remote_task::mode of an object's value on its way to a node that asked for it.
@@ -115,6 +119,9 @@ struct remote_value {
   std::string id;
   /// A carried object that failed: why (no bytes).
   std::optional<remote_error> error;
+  /// The receiver's: its bytes are not in the frame, they landed outside it
+  /// as they arrived (task_outcome::landed, number *landed there).
+  std::optional<std::uint32_t> landed;
   std::string_view data() const noexcept { return borrowed ? *borrowed : std::string_view(bytes); }
 };
 
@@ -146,6 +153,8 @@ struct task_outcome {
   /// decode_outcome(std::string&&): the frame its values' bytes are views
   /// into (shared: copies of the outcome keep it).
   std::shared_ptr<const std::string> frame;
+  /// The receiver's: the values that landed outside the frame (frame::landed).
+  std::shared_ptr<void> landed;
 };
 
 std::string encode_task(const remote_task& t);
@@ -164,7 +173,16 @@ std::string encode_outcome_head(const task_outcome& o);
 task_outcome decode_outcome(std::string_view body, bool with_values = true);
 /// The same, the values left in `body` (kept in task_outcome::frame) and
 /// read through views: nothing copied, however long.
-task_outcome decode_outcome(std::string&& body);
+/// @param landed  the values (by number, in order) whose bytes are not in
+///                `body`: they landed outside it (remote_value::landed)
+task_outcome decode_outcome(std::string&& body, std::span<const std::uint32_t> landed = {});
+/// Where the values of an outcome begin, and their sizes, from the start of
+/// its body (`total` bytes long). @throws wire_error if it is malformed
+struct outcome_layout {
+  std::size_t head = 0;  ///< the bytes before the values
+  std::vector<std::uint64_t> sizes;
+};
+outcome_layout layout_of_outcome(std::string_view start, std::uint64_t total);
 /// Checks the start of an outcome whose body is `total` bytes long (the
 /// values' sizes against it); returns it without values. @throws wire_error
 task_outcome decode_outcome_head(std::string_view start, std::uint64_t total);

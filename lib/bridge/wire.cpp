@@ -115,7 +115,8 @@ std::optional<frame> part_assembler::take(std::string_view part_body) {
     partial p;
     p.type = h.type;
     p.total = h.total;
-    p.body.reserve(h.total);  // (the peer proved the token: its announcement is believed)
+    if (lander_) p.landing = lander_(h.type, bytes, h.total);
+    if (!p.landing) p.body.reserve(h.total);  // (the peer proved the token: its announcement is believed)
     it = streams_.emplace(h.stream, std::move(p)).first;
   } else if (it == streams_.end()) {
     if (h.abort) return std::nullopt;  // (one that never began here)
@@ -127,14 +128,17 @@ std::optional<frame> part_assembler::take(std::string_view part_body) {
     streams_.erase(it);
     return std::nullopt;
   }
-  if (bytes.size() > p.total - p.body.size()) throw wire_error("manta bridge: a long frame runs past its length");
-  p.body.append(bytes);
-  const bool complete = p.body.size() == p.total;
+  if (bytes.size() > p.total - p.received) throw wire_error("manta bridge: a long frame runs past its length");
+  // (The first part went to the lander, which chose the landing from it.)
+  if (!p.landing) p.body.append(bytes);
+  else if (!h.first) p.landing->take(bytes);
+  p.received += bytes.size();
+  const bool complete = p.received == p.total;
   if (complete != h.last)
     throw wire_error(h.last ? "manta bridge: a long frame ended short of its length"
                             : "manta bridge: a long frame goes on past its length");
   if (!complete) return std::nullopt;
-  frame f{p.type, std::move(p.body)};
+  frame f = p.landing ? p.landing->finish() : frame{p.type, std::move(p.body), {}};
   pending_ -= p.total;
   streams_.erase(it);
   return f;

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -70,7 +71,27 @@ class wire_error : public std::runtime_error {
 struct frame {
   frame_type type{};
   std::string body;
+  /// What a landing kept out of the body (frame_landing): the receiver's own.
+  std::shared_ptr<void> landed;
 };
+
+/// Where the bytes of one long frame go as they arrive, chosen by its
+/// receiver from the frame's first part (its header): a landing puts what it
+/// wants where it will stay (a value into the receiver's arena), so a long
+/// frame is never joined in memory first and copied again.
+class frame_landing {
+ public:
+  virtual ~frame_landing() = default;
+  /// The next bytes of the body, after the first part's, in order.
+  /// @throws wire_error if they are malformed
+  virtual void take(std::string_view bytes) = 0;
+  /// Every byte came: the frame to hand on. @throws wire_error if it ended short
+  virtual frame finish() = 0;
+};
+/// Chooses the landing of a long frame from its type, first part and whole
+/// length; null: the frame is joined in memory.
+using frame_lander =
+    std::function<std::unique_ptr<frame_landing>(frame_type type, std::string_view first, std::uint64_t total)>;
 
 /// The bytes of one frame. @throws wire_error if `body` is over max_frame_body.
 std::string encode(frame_type type, std::string_view body);
@@ -112,7 +133,9 @@ std::string part_frame_header(const part_header& h, std::size_t bytes);
 class part_assembler {
  public:
   /// @param max_pending  bytes at most announced by unfinished streams
-  explicit part_assembler(std::uint64_t max_pending = 2 * max_long_body) : max_pending_(max_pending) {}
+  /// @param lander  where long frames land, if not joined (its landings run on the caller's thread)
+  explicit part_assembler(std::uint64_t max_pending = 2 * max_long_body, frame_lander lander = {})
+      : max_pending_(max_pending), lander_(std::move(lander)) {}
   /// Takes the body of a part frame; returns the long frame once its last part arrived.
   /// @throws wire_error for a part out of order, too long, or of an unknown stream
   std::optional<frame> take(std::string_view part_body);
@@ -123,9 +146,12 @@ class part_assembler {
   struct partial {
     frame_type type{};
     std::uint64_t total = 0;
-    std::string body;
+    std::uint64_t received = 0;
+    std::string body;                         ///< joined here, unless it lands
+    std::unique_ptr<frame_landing> landing;  ///< where its bytes go instead
   };
   std::uint64_t max_pending_;
+  frame_lander lander_;
   std::uint64_t pending_ = 0;  ///< the totals of the open streams
   std::map<std::uint64_t, partial> streams_;
 };

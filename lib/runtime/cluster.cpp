@@ -28,6 +28,7 @@
 #include "process/args_blob.hpp"
 #include "process/context.hpp"
 #include "runtime/directory.hpp"
+#include "runtime/landing.hpp"
 #include "runtime/node_runtime.hpp"
 
 namespace manta::runtime {
@@ -91,7 +92,8 @@ cluster_driver::cluster_driver(node_runtime& rt, const std::string& address, con
                        "driver"};
   link_ = std::make_unique<bridge::node_link>(
       address, token, std::move(me), [this](const std::string& why) { on_end(why); },
-      [this](std::vector<bridge::frame>&& frames) { on_frames(std::move(frames)); });
+      [this](std::vector<bridge::frame>&& frames) { on_frames(std::move(frames)); },
+      lander_for(rt));  // a long outcome's large values go into the arena as they come, where they stay
   try {
     sender_ = std::thread([this] { send_loop(); });
     applier_ = std::thread([this] { apply_loop(); });
@@ -404,13 +406,16 @@ void cluster_driver::on_frames(std::vector<bridge::frame>&& frames) {
 void cluster_driver::take_frame(bridge::frame&& f) {
   if (f.type == bridge::frame_type::run_task) {  // a call of an actor this node offered
     host_staged_.push_back(bridge::decode_task(std::move(f.body)));  // malformed: throws, and the link ends
+    host_staged_.back().landed = std::move(f.landed);
   } else if (f.type == bridge::frame_type::cancel_task && f.body.size() == sizeof(std::uint64_t)) {
     std::uint64_t call = 0;  // a call of an offered actor, cancelled by its caller
     std::memcpy(&call, f.body.data(), sizeof call);
     cancels_staged_.push_back(call);
   } else if (f.type == bridge::frame_type::task_result) {
     inbound in;
-    in.outcome = bridge::decode_outcome(std::move(f.body));  // malformed: throws, and the link ends
+    const landed_values* landed = static_cast<const landed_values*>(f.landed.get());
+    in.outcome = bridge::decode_outcome(std::move(f.body), landed ? landed->numbers() : std::vector<std::uint32_t>());  // malformed: throws, and the link ends
+    in.outcome.landed = std::move(f.landed);
     to_applier(std::move(in));
   } else if (f.type == bridge::frame_type::actor_found) {
     bridge::actor_lookup found = bridge::decode_actor_lookup(f.body);  // malformed: throws, and the link ends
@@ -611,6 +616,15 @@ job start(node_runtime& rt, const bridge::remote_task& t, actor_table& actors, c
   }
   detail::arg_writer writer(r);  // large values go into this node's arena first
   process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
+    if (a.kind == process::arg_kind::ref && a.size_or_index >= t.objects.size() && landed_of(t)) {
+      detail::ref_node* n = landed_of(t)->claim(a.size_or_index - t.objects.size());  // it landed in the arena
+      struct released {
+        detail::ref_node* n;
+        ~released() { detail::release(n); }
+      } once_passed{n};
+      writer.ref(n, a.tag);
+      return;
+    }
     if (a.kind == process::arg_kind::ref) {  // an object fetched before (has_objects)
       detail::ref_node* held = a.size_or_index < t.objects.size() ? objects.find(t.objects[a.size_or_index]) : nullptr;
       if (!held) throw usage_error("manta: task '" + t.name + "' names an object this node does not hold");
@@ -641,6 +655,10 @@ void keep_object(node_runtime& rt, object_table& objects, const bridge::remote_t
   if (objects.has(t.object) || t.arg_count != 1) return;
   const std::optional<object_id> id = id_in_object_key(t.object);
   if (!id) throw usage_error("manta: object " + t.object + " came with a malformed key");
+  if (landed_values* landed = landed_of(t)) {  // it landed in the arena as it came
+    objects.keep(t.object, landed->claim_as(0, *id));
+    return;
+  }
   detail::encoded_value v;
   process::for_each_arg(t.args, t.arg_count, [&](const process::blob_arg& a) {
     if (a.kind != process::arg_kind::value) throw usage_error("manta: object " + t.object + " came as a ref");
@@ -972,7 +990,10 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         std::vector<arrival> together;
         for (bridge::frame& f : frames) {
           arrival a;
-          if (f.type == bridge::frame_type::run_task) a.task = bridge::decode_task(std::move(f.body));  // malformed: the link ends
+          if (f.type == bridge::frame_type::run_task) {
+            a.task = bridge::decode_task(std::move(f.body));  // malformed: the link ends
+            a.task.landed = std::move(f.landed);
+          }
           else if (f.type == bridge::frame_type::actor_end) a.end = bridge::decode_actor_end(f.body);
           else if (f.type == bridge::frame_type::cancel_task && f.body.size() == sizeof(std::uint64_t))
             std::memcpy(&a.cancel.emplace(), f.body.data(), sizeof(std::uint64_t));
@@ -988,7 +1009,8 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         arrivals.fetch_add(1);
         if (was_empty) cv.notify_all();  // (the serving thread sleeps only on an empty inbox)
         if (waits_for_results.load()) rt.wake_waiters();
-      });
+      },
+      lander_for(rt));  // a long task's large values go into the arena as they come, where they stay
   const std::string me_id = link.node_id();
   std::fprintf(stderr, "manta: joined the cluster at %s as %s\n", address.c_str(), me_id.c_str());
 

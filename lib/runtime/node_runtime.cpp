@@ -1,6 +1,7 @@
 // runtime/node_runtime.cpp: starting and stopping the node, and the calls user
 // threads make (put, get, wait, submit, ref counting).
 #include "runtime/node_runtime.hpp"
+#include "runtime/landing.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -740,6 +741,10 @@ void node_runtime::prepare_outcome(bridge::task_outcome& o, remote_answer& out,
           held.push_back(import_failed(*id, from_remote(*v.error)));
           continue;
         }
+        if (v.landed) {  // its bytes are in the arena already
+          held.push_back(import_extent(*id, v.tag, landed_of(o)->hand_over(*v.landed)));
+          continue;
+        }
         detail::encoded_value carried;
         carried.type_tag = v.tag;
         carried.borrowed = v.data().data();
@@ -757,11 +762,16 @@ void node_runtime::prepare_outcome(bridge::task_outcome& o, remote_answer& out,
                               ", which this driver does not hold");
           held.push_back(e);
         }
+        if (v.landed) {  // its bytes are in the arena already
+          const detail::extent room = landed_of(o)->hand_over(*v.landed);
+          values.push_back({v.tag, room.size, room.offset, nullptr});
+          continue;
+        }
         values.push_back({v.tag, v.data().size(), ipc::no_offset, reinterpret_cast<const std::byte*>(v.data().data())});
       }
     }
     for (auto& v : values) {
-      if (v.size <= detail::max_inline_bytes) continue;
+      if (v.size <= detail::max_inline_bytes || v.offset != ipc::no_offset) continue;
       v.offset = store_->allocate(v.size);  // spills cold objects if it must
       std::memcpy(arena_->base() + v.offset, v.inline_data, v.size);
     }
@@ -835,7 +845,22 @@ detail::ref_node* node_runtime::put_extent(std::uint64_t tag, const detail::exte
   call_guard guard(*this);
   if (x.epoch != epoch_ || size > x.size)
     throw usage_error("manta: a buffer from another runtime, or larger than its extent, was put");
-  object_entry* e = dir_->create(dir_->next_id(), 1);
+  return seal_extent(dir_->next_id(), tag, x, size);
+}
+
+detail::ref_node* node_runtime::import_extent(const object_id& id, std::uint64_t tag, const detail::extent& x) {
+  call_guard guard(*this);
+  if (object_entry* e = dir_->acquire(id)) {  // still here: a worker kept a ref to it
+    free_extent(x);
+    return e;
+  }
+  accept_import(id);
+  return seal_extent(id, tag, x, x.size);
+}
+
+detail::ref_node* node_runtime::seal_extent(const object_id& id, std::uint64_t tag, const detail::extent& x,
+                                            std::size_t size) {
+  object_entry* e = dir_->create(id, 1);
   e->owner = pid_;
   e->type_tag = tag;
   e->size = size;

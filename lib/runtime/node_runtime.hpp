@@ -125,6 +125,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// A node of a cluster: keeps a driver's object under the driver's `id`, so
   /// that refs to it inside values resolve here. @throws what put throws
   detail::ref_node* import_object(const object_id& id, const detail::encoded_value& v);
+  /// The same for a value written into `x` (allocate_extent), which it takes over.
+  detail::ref_node* import_extent(const object_id& id, std::uint64_t tag, const detail::extent& x);
   /// The same for an object that failed (a driver keeps one a node's result names).
   detail::ref_node* import_failed(const object_id& id, const ipc::error_info& why);
   /// A node of a cluster: a handle (one count) under `id` for the actor `key`
@@ -248,6 +250,8 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void accept_import(const object_id& id);
   /// put, under `id`.
   detail::ref_node* put_as(const object_id& id, const detail::encoded_value& v);
+  /// The object `id` of `size` bytes written into `x`, which it takes over (counted once).
+  detail::ref_node* seal_extent(const object_id& id, std::uint64_t tag, const detail::extent& x, std::size_t size);
   /// Asks for objects still pending, by entry (each counted once; under the scheduler's lock).
   std::unordered_map<object_entry*, std::vector<bridge::object_note>> asked_pending_;
   std::uint64_t remote_actors_ = 0;  ///< actors started on the cluster (their keys' numbers; under the scheduler's lock)

@@ -65,6 +65,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           for (std::size_t i = 0; i < o.values.size(); ++i)
             if (moved.values[i].data() != o.values[i].data()) __builtin_trap();
           if (decode_outcome_head(f->body, f->body.size()).id != o.id) __builtin_trap();
+          const outcome_layout layout = layout_of_outcome(f->body, f->body.size());  // (what a landing reads)
+          if (layout.sizes.size() != o.values.size()) __builtin_trap();
+          for (std::size_t i = 0; i < o.values.size(); ++i)
+            if (layout.sizes[i] != o.values[i].data().size()) __builtin_trap();
           task_outcome o2 = decode_outcome(encode_outcome(o));
           if (o2.ok != o.ok || o2.values.size() != o.values.size() || o2.error.message != o.error.message)
             __builtin_trap();

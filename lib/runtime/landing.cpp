@@ -1,0 +1,227 @@
+#include "runtime/landing.hpp"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "process/args_blob.hpp"
+#include "runtime/node_runtime.hpp"
+
+namespace manta::runtime {
+
+landed_values::~landed_values() {
+  for (const value& v : values_)
+    if (v.room.data) rt_.free_extent(v.room);
+}
+
+std::vector<std::uint32_t> landed_values::numbers() const {
+  std::vector<std::uint32_t> out;
+  out.reserve(values_.size());
+  for (const value& v : values_) out.push_back(v.number);
+  return out;
+}
+
+bool landed_values::add(std::size_t size, std::uint64_t tag, std::uint32_t number) {
+  detail::extent room;
+  try {
+    room = rt_.allocate_extent(size);  // spills cold objects if it must
+  } catch (const std::exception&) {
+    return false;  // (full, or stopping: the value stays in the frame, and putting it says why)
+  }
+  values_.push_back({room, tag, number});
+  return true;
+}
+
+landed_values::value landed_values::take(std::size_t i) {
+  if (i >= values_.size() || !values_[i].room.data)
+    throw usage_error("manta: a task from the cluster names a value that did not land here");
+  return std::exchange(values_[i], {});
+}
+
+detail::ref_node* landed_values::claim(std::size_t i) {
+  value v = take(i);
+  try {
+    return rt_.put_extent(v.tag, v.room, v.room.size);
+  } catch (...) {
+    rt_.free_extent(v.room);
+    throw;
+  }
+}
+
+detail::ref_node* landed_values::claim_as(std::size_t i, const object_id& id) {
+  value v = take(i);
+  try {
+    return rt_.import_extent(id, v.tag, v.room);
+  } catch (...) {
+    rt_.free_extent(v.room);
+    throw;
+  }
+}
+
+namespace {
+
+/// Reads a task's argument blob as it streams in: small arguments are copied
+/// into the blob kept, large values into the arena.
+class task_landing final : public bridge::frame_landing {
+ public:
+  task_landing(node_runtime& rt, std::string_view first) : landed_(std::make_shared<landed_values>(rt)) {
+    const bridge::remote_task t = bridge::decode_task(first);  // the header comes whole in the first part
+    objects_ = t.objects.size();
+    args_left_ = t.arg_count;
+    head_size_ = first.size() - t.args.size();
+    body_.assign(first.substr(0, head_size_));
+    take(t.args);
+  }
+
+  void take(std::string_view bytes) override {
+    while (!bytes.empty() && !broken_) {
+      if (value_left_ > 0) {  // the bytes of the value begun
+        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(value_left_, bytes.size()));
+        if (into_) {
+          std::memcpy(into_, bytes.data(), n);
+          into_ += n;
+        } else {
+          body_.append(bytes.data(), n);
+        }
+        value_left_ -= n;
+        bytes.remove_prefix(n);
+        continue;
+      }
+      if (args_left_ == 0) return broken();
+      const std::size_t n = std::min(sizeof header_ - header_have_, bytes.size());
+      std::memcpy(header_ + header_have_, bytes.data(), n);
+      header_have_ += n;
+      bytes.remove_prefix(n);
+      if (header_have_ == sizeof header_) begin_argument();
+    }
+  }
+
+  bridge::frame finish() override {
+    if (args_left_ != 0 || value_left_ != 0 || header_have_ != 0) broken();
+    return {bridge::frame_type::run_task, std::move(body_), landed_->size() ? landed_ : nullptr};
+  }
+
+ private:
+  /// A malformed blob fails its task, not the link (it came from a driver,
+  /// through the head): the task keeps its header and no argument, which
+  /// running it finds truncated.
+  void broken() {
+    broken_ = true;
+    body_.resize(head_size_);
+    landed_ = std::make_shared<landed_values>(landed_->runtime());
+  }
+
+  void begin_argument() {
+    header_have_ = 0;
+    --args_left_;
+    std::uint8_t kind;
+    std::uint64_t tag;
+    std::uint32_t size_or_index;
+    std::memcpy(&kind, header_, 1);
+    std::memcpy(&tag, header_ + 1, sizeof tag);
+    std::memcpy(&size_or_index, header_ + 1 + sizeof tag, sizeof size_or_index);
+    const auto ref = static_cast<std::uint8_t>(process::arg_kind::ref);
+    if (kind > ref) return broken();
+    into_ = nullptr;
+    if (kind == ref) {
+      // Indexes past `objects` are the landed values': a sender's names none of them.
+      if (size_or_index >= objects_) size_or_index = ~std::uint32_t{0};
+      std::memcpy(header_ + 1 + sizeof tag, &size_or_index, sizeof size_or_index);
+    } else {
+      value_left_ = size_or_index;
+      if (size_or_index > detail::max_inline_bytes && landed_->add(size_or_index, tag)) {
+        into_ = landed_->back().room.data;
+        process::append_arg_header(body_, process::arg_kind::ref, tag,
+                                   static_cast<std::uint32_t>(objects_ + landed_->size() - 1));
+        return;
+      }
+    }
+    body_.append(header_, sizeof header_);
+  }
+
+  std::shared_ptr<landed_values> landed_;
+  std::string body_;  ///< the header, then the blob without the landed values
+  std::size_t head_size_ = 0;  ///< the task's header in body_
+  bool broken_ = false;
+  std::size_t objects_ = 0;
+  std::uint32_t args_left_ = 0;
+  char header_[1 + sizeof(std::uint64_t) + sizeof(std::uint32_t)];  ///< an argument's, as it comes
+  std::size_t header_have_ = 0;
+  std::uint64_t value_left_ = 0;  ///< bytes of the value begun still to come
+  std::byte* into_ = nullptr;     ///< where they go, if it landed
+};
+
+/// Reads an outcome's values as they stream in: small ones are kept in the
+/// body, large ones go into the arena.
+class outcome_landing final : public bridge::frame_landing {
+ public:
+  outcome_landing(node_runtime& rt, std::string_view first, std::uint64_t total)
+      : landed_(std::make_shared<landed_values>(rt)) {
+    bridge::outcome_layout layout = bridge::layout_of_outcome(first, total);  // (the head checked it too)
+    sizes_ = std::move(layout.sizes);
+    body_.assign(first.substr(0, layout.head));
+    take(first.substr(layout.head));
+  }
+
+  void take(std::string_view bytes) override {
+    while (!bytes.empty()) {
+      if (value_left_ == 0 && !begin_value()) throw bridge::wire_error("manta bridge: an outcome with bytes past its values");
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(value_left_, bytes.size()));
+      if (into_) {
+        std::memcpy(into_, bytes.data(), n);
+        into_ += n;
+      } else {
+        body_.append(bytes.data(), n);
+      }
+      value_left_ -= n;
+      bytes.remove_prefix(n);
+    }
+  }
+
+  bridge::frame finish() override {
+    if (value_left_ != 0 || begin_value()) throw bridge::wire_error("manta bridge: an outcome ends short of its values");
+    return {bridge::frame_type::task_result, std::move(body_), landed_->size() ? landed_ : nullptr};
+  }
+
+ private:
+  /// Begins the next value that has bytes; false if none is left.
+  bool begin_value() {
+    while (next_ < sizes_.size() && sizes_[next_] == 0) ++next_;
+    if (next_ == sizes_.size()) return false;
+    const std::uint64_t size = sizes_[next_];
+    into_ = nullptr;
+    if (size > detail::max_inline_bytes && landed_->add(size, 0, static_cast<std::uint32_t>(next_)))
+      into_ = landed_->back().room.data;
+    value_left_ = size;
+    ++next_;
+    return true;
+  }
+
+  std::shared_ptr<landed_values> landed_;
+  std::string body_;  ///< the head, then the values that did not land
+  std::vector<std::uint64_t> sizes_;
+  std::size_t next_ = 0;          ///< the value to begin next
+  std::uint64_t value_left_ = 0;  ///< bytes of the value begun still to come
+  std::byte* into_ = nullptr;     ///< where they go, if it landed
+};
+
+}  // namespace
+
+std::unique_ptr<bridge::frame_landing> land_task(node_runtime& rt, std::string_view first) {
+  return std::make_unique<task_landing>(rt, first);
+}
+
+std::unique_ptr<bridge::frame_landing> land_outcome(node_runtime& rt, std::string_view first, std::uint64_t total) {
+  return std::make_unique<outcome_landing>(rt, first, total);
+}
+
+bridge::frame_lander lander_for(node_runtime& rt) {
+  return [&rt](bridge::frame_type type, std::string_view first,
+               std::uint64_t total) -> std::unique_ptr<bridge::frame_landing> {
+    if (type == bridge::frame_type::run_task) return land_task(rt, first);
+    if (type == bridge::frame_type::task_result) return land_outcome(rt, first, total);
+    return nullptr;
+  };
+}
+
+}  // namespace manta::runtime
