@@ -16,7 +16,7 @@
 // It starts the head and the nodes itself (the nodes are this program, run
 // with MANTA_NODE by `manta start`), drives, and stops them all.
 //
-//   manta_cluster [rounds=5] [tasks=3000] [bytes]   (bytes: only the transfers, on 1 node)
+//   manta_cluster [rounds=5] [tasks=3000] [bytes|tasks]   (only the transfers on 1 node, or the task rates)
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -218,7 +218,7 @@ int main(int argc, char** argv) {
   }
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 5;
   const int tasks = argc > 2 ? std::atoi(argv[2]) : 3000;
-  const bool bytes_only = argc > 3 && std::string_view(argv[3]) == "bytes";
+  const std::string_view only = argc > 3 ? argv[3] : "";
   const std::string self = std::filesystem::canonical("/proc/self/exe").string();
   dir = std::filesystem::temp_directory_path() / ("manta-cluster-bench-" + std::to_string(::getpid()));
   if (std::system((cli() + " start --head --log-dir " + dir + " > /dev/null").c_str()) != 0) return 1;
@@ -235,12 +235,15 @@ int main(int argc, char** argv) {
   ::setenv("MANTA_TOKEN_FILE", (dir + "/cluster.token").c_str(), 1);
   manta::init({.num_workers = 2});
   std::printf("manta_cluster: %d rounds, medians; head and nodes on loopback, 2 workers each\n", rounds);
-  if (bytes_only) {
-    transfers(rounds);
+  auto finish = [&] {
     manta::shutdown();
     std::system((cli() + " stop --log-dir " + dir + " > /dev/null").c_str());
     std::filesystem::remove_all(dir);
     return 0;
+  };
+  if (only == "bytes") {
+    transfers(rounds);
+    return finish();
   }
   rates("empty tasks, 1 node:", rounds, tasks);
   std::printf("an empty task's round trip through the cluster, one at a time: %.0f us; beside a running task: %.0f us\n",
@@ -249,6 +252,7 @@ int main(int argc, char** argv) {
   starts.push_back(took2);
   while (alive_nodes() < 2) usleep(1000);
   rates("empty tasks, 2 nodes:", rounds, tasks);
+  if (only == "tasks") return finish();
 
   transfers(rounds);
 
@@ -289,8 +293,5 @@ int main(int argc, char** argv) {
   while (alive_nodes() > 1) usleep(1000);
   std::printf("a SIGSTOPped node seen lost after %.0f ms\n", seconds_since(t0) * 1e3);
   ::kill(second, SIGKILL);
-  manta::shutdown();
-  std::system((cli() + " stop --log-dir " + dir + " > /dev/null").c_str());
-  std::filesystem::remove_all(dir);
-  return 0;
+  return finish();
 }
