@@ -307,6 +307,12 @@ TEST_F(cluster, a_fetch_of_an_object_the_driver_cannot_read_back_fails_the_task_
   ::unsetenv("CLUSTER_STORE_MB");
 }
 
+TEST_F(cluster, long_values_into_small_arenas_land_where_there_is_room_and_are_put_where_there_is_not) {
+  ::setenv("CLUSTER_STORE_MB", "64", 1);
+  EXPECT_EQ(with_two_nodes("small_arena"), std::make_pair(0, 0));
+  ::unsetenv("CLUSTER_STORE_MB");
+}
+
 TEST_F(cluster, a_named_actor_on_a_node_is_found_and_called_by_another_driver) {
   pid_t node = member(true, {"special"}, "node-1.log");
   pid_t owner = member(false, {"named_owner", "1"}, "owner.log");

@@ -1865,6 +1865,8 @@ void node_link::run() {
   } catch (const std::exception& e) {
     why = std::string("the head was lost: ") + e.what();
   }
+  // What arrived of long frames never finishes now: its room (arena extents, for a landing) goes at once.
+  parts_.clear();
   // Whole frames that came before a malformed one still count (outcomes of finished tasks).
   if (!batch.empty() && on_frames_) {
     try {

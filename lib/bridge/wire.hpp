@@ -141,6 +141,11 @@ class part_assembler {
   std::optional<frame> take(std::string_view part_body);
   /// Streams not finished.
   std::size_t open_streams() const noexcept { return streams_.size(); }
+  /// Drops the streams not finished (their landings with them): the connection ended.
+  void clear() noexcept {
+    streams_.clear();
+    pending_ = 0;
+  }
 
  private:
   struct partial {

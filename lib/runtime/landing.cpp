@@ -1,6 +1,7 @@
 #include "runtime/landing.hpp"
 
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -22,13 +23,13 @@ std::vector<std::uint32_t> landed_values::numbers() const {
 }
 
 bool landed_values::add(std::size_t size, std::uint64_t tag, std::uint32_t number) {
-  detail::extent room;
+  std::optional<detail::extent> room;
   try {
-    room = rt_.allocate_extent(size);  // spills cold objects if it must
-  } catch (const std::exception&) {
-    return false;  // (full, or stopping: the value stays in the frame, and putting it says why)
+    room = rt_.landing_room(size);
+  } catch (const std::exception&) {  // (stopping)
   }
-  values_.push_back({room, tag, number});
+  if (!room) return false;  // the value stays in the frame; putting it makes room (or says why not)
+  values_.push_back({*room, tag, number});
   return true;
 }
 
@@ -50,12 +51,7 @@ detail::ref_node* landed_values::claim(std::size_t i) {
 
 detail::ref_node* landed_values::claim_as(std::size_t i, const object_id& id) {
   value v = take(i);
-  try {
-    return rt_.import_extent(id, v.tag, v.room);
-  } catch (...) {
-    rt_.free_extent(v.room);
-    throw;
-  }
+  return rt_.import_extent(id, v.tag, v.room);  // (which frees it if it throws)
 }
 
 namespace {
@@ -64,16 +60,19 @@ namespace {
 /// into the blob kept, large values into the arena.
 class task_landing final : public bridge::frame_landing {
  public:
-  task_landing(node_runtime& rt, std::string_view first) : landed_(std::make_shared<landed_values>(rt)) {
+  task_landing(node_runtime& rt, std::string_view first, std::uint64_t total)
+      : landed_(std::make_shared<landed_values>(rt)) {
     const bridge::remote_task t = bridge::decode_task(first);  // the header comes whole in the first part
     objects_ = t.objects.size();
     args_left_ = t.arg_count;
     head_size_ = first.size() - t.args.size();
     body_.assign(first.substr(0, head_size_));
+    frame_left_ = total - head_size_;  // (the assembler holds the first part to `total`)
     take(t.args);
   }
 
   void take(std::string_view bytes) override {
+    frame_left_ -= std::min<std::uint64_t>(frame_left_, bytes.size());
     while (!bytes.empty() && !broken_) {
       if (value_left_ > 0) {  // the bytes of the value begun
         const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(value_left_, bytes.size()));
@@ -92,7 +91,10 @@ class task_landing final : public bridge::frame_landing {
       std::memcpy(header_ + header_have_, bytes.data(), n);
       header_have_ += n;
       bytes.remove_prefix(n);
-      if (header_have_ == sizeof header_) begin_argument();
+      if (header_have_ == sizeof header_) {
+        here_left_ = bytes.size();
+        begin_argument();
+      }
     }
   }
 
@@ -128,12 +130,18 @@ class task_landing final : public bridge::frame_landing {
       if (size_or_index >= objects_) size_or_index = ~std::uint32_t{0};
       std::memcpy(header_ + 1 + sizeof tag, &size_or_index, sizeof size_or_index);
     } else {
+      // (What is left of this frame: the bytes of this take() after the header, and the later parts.)
+      if (size_or_index > frame_left_ + here_left_) return broken();  // announced past the frame's end
       value_left_ = size_or_index;
-      if (size_or_index > detail::max_inline_bytes && landed_->add(size_or_index, tag)) {
-        into_ = landed_->back().room.data;
-        process::append_arg_header(body_, process::arg_kind::ref, tag,
-                                   static_cast<std::uint32_t>(objects_ + landed_->size() - 1));
-        return;
+      if (size_or_index > detail::max_inline_bytes) {
+        if (landed_->add(size_or_index, tag)) {
+          into_ = landed_->back().room.data;
+          process::append_arg_header(body_, process::arg_kind::ref, tag,
+                                     static_cast<std::uint32_t>(objects_ + landed_->size() - 1));
+          return;
+        }
+        if (!reserved_) body_.reserve(body_.size() + sizeof header_ + frame_left_ + here_left_);  // joined, as without a landing
+        reserved_ = true;
       }
     }
     body_.append(header_, sizeof header_);
@@ -142,6 +150,9 @@ class task_landing final : public bridge::frame_landing {
   std::shared_ptr<landed_values> landed_;
   std::string body_;  ///< the header, then the blob without the landed values
   std::size_t head_size_ = 0;  ///< the task's header in body_
+  std::uint64_t frame_left_ = 0;  ///< bytes of the frame after those given to take() so far
+  std::size_t here_left_ = 0;     ///< bytes of the current take() after the header just read
+  bool reserved_ = false;         ///< body_ has room for the rest (a value that could not land)
   bool broken_ = false;
   std::size_t objects_ = 0;
   std::uint32_t args_left_ = 0;
@@ -190,8 +201,15 @@ class outcome_landing final : public bridge::frame_landing {
     if (next_ == sizes_.size()) return false;
     const std::uint64_t size = sizes_[next_];
     into_ = nullptr;
-    if (size > detail::max_inline_bytes && landed_->add(size, 0, static_cast<std::uint32_t>(next_)))
-      into_ = landed_->back().room.data;
+    if (size > detail::max_inline_bytes) {
+      if (landed_->add(size, 0, static_cast<std::uint32_t>(next_))) {
+        into_ = landed_->back().room.data;
+      } else if (!reserved_) {  // joined, as without a landing: the rest at once
+        body_.reserve(body_.size() + std::accumulate(sizes_.begin() + static_cast<std::ptrdiff_t>(next_), sizes_.end(),
+                                                     std::uint64_t{0}));
+        reserved_ = true;
+      }
+    }
     value_left_ = size;
     ++next_;
     return true;
@@ -201,14 +219,15 @@ class outcome_landing final : public bridge::frame_landing {
   std::string body_;  ///< the head, then the values that did not land
   std::vector<std::uint64_t> sizes_;
   std::size_t next_ = 0;          ///< the value to begin next
+  bool reserved_ = false;         ///< body_ has room for the rest (a value that could not land)
   std::uint64_t value_left_ = 0;  ///< bytes of the value begun still to come
   std::byte* into_ = nullptr;     ///< where they go, if it landed
 };
 
 }  // namespace
 
-std::unique_ptr<bridge::frame_landing> land_task(node_runtime& rt, std::string_view first) {
-  return std::make_unique<task_landing>(rt, first);
+std::unique_ptr<bridge::frame_landing> land_task(node_runtime& rt, std::string_view first, std::uint64_t total) {
+  return std::make_unique<task_landing>(rt, first, total);
 }
 
 std::unique_ptr<bridge::frame_landing> land_outcome(node_runtime& rt, std::string_view first, std::uint64_t total) {
@@ -218,7 +237,7 @@ std::unique_ptr<bridge::frame_landing> land_outcome(node_runtime& rt, std::strin
 bridge::frame_lander lander_for(node_runtime& rt) {
   return [&rt](bridge::frame_type type, std::string_view first,
                std::uint64_t total) -> std::unique_ptr<bridge::frame_landing> {
-    if (type == bridge::frame_type::run_task) return land_task(rt, first);
+    if (type == bridge::frame_type::run_task) return land_task(rt, first, total);
     if (type == bridge::frame_type::task_result) return land_outcome(rt, first, total);
     return nullptr;
   };

@@ -31,7 +31,8 @@ class landed_values {
     std::uint64_t tag = 0;
     std::uint32_t number = 0;  ///< an outcome's: which of its values it is
   };
-  /// Room for `size` bytes; false if the arena has none (the value then stays in the frame).
+  /// Room for `size` bytes (node_runtime::landing_room); false if there is
+  /// none (the value then stays in the frame).
   bool add(std::size_t size, std::uint64_t tag, std::uint32_t number = 0);
   value& back() noexcept { return values_.back(); }
   std::size_t size() const noexcept { return values_.size(); }
@@ -63,8 +64,10 @@ inline landed_values* landed_of(const bridge::task_outcome& o) noexcept {
 /// The landing of a long run_task frame: each value argument over
 /// max_inline_bytes goes into the arena as it comes; the task's blob then
 /// names it as a ref past `objects` (index objects.size() + its number among
-/// the landed). @throws bridge::wire_error if `first` is not a task's header
-std::unique_ptr<bridge::frame_landing> land_task(node_runtime& rt, std::string_view first);
+/// the landed); a blob malformed, or announcing more than the frame's `total`
+/// bytes hold, leaves the task without arguments (running it says so).
+/// @throws bridge::wire_error if `first` is not a task's header
+std::unique_ptr<bridge::frame_landing> land_task(node_runtime& rt, std::string_view first, std::uint64_t total);
 
 /// The landing of a long task_result frame (`total` bytes): each value over
 /// max_inline_bytes goes into the arena as it comes (remote_value::landed

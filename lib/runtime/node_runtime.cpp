@@ -742,7 +742,7 @@ void node_runtime::prepare_outcome(bridge::task_outcome& o, remote_answer& out,
           continue;
         }
         if (v.landed) {  // its bytes are in the arena already
-          held.push_back(import_extent(*id, v.tag, landed_of(o)->hand_over(*v.landed)));
+          held.push_back(import_extent(*id, v.tag, landed_of(o)->hand_over(*v.landed), ids(v.inside)));
           continue;
         }
         detail::encoded_value carried;
@@ -848,19 +848,44 @@ detail::ref_node* node_runtime::put_extent(std::uint64_t tag, const detail::exte
   return seal_extent(dir_->next_id(), tag, x, size);
 }
 
-detail::ref_node* node_runtime::import_extent(const object_id& id, std::uint64_t tag, const detail::extent& x) {
-  call_guard guard(*this);
-  if (object_entry* e = dir_->acquire(id)) {  // still here: a worker kept a ref to it
+detail::ref_node* node_runtime::import_extent(const object_id& id, std::uint64_t tag, const detail::extent& x,
+                                             std::span<const object_id> contained) {
+  try {
+    call_guard guard(*this);
+    if (object_entry* e = dir_->acquire(id)) {  // still here: a worker kept a ref to it
+      free_extent(x);
+      return e;
+    }
+    accept_import(id);
+    return seal_extent(id, tag, x, x.size, contained);
+  } catch (...) {
     free_extent(x);
-    return e;
+    throw;
   }
-  accept_import(id);
-  return seal_extent(id, tag, x, x.size);
+}
+
+std::optional<detail::extent> node_runtime::landing_room(std::size_t bytes) {
+  call_guard guard(*this);
+  store::arena& arena = store_->arena();
+  if (arena.free_bytes() < bytes + arena.capacity() / 4) return std::nullopt;
+  const std::uint64_t off = store_->try_allocate(bytes);
+  if (off == store::no_extent) return std::nullopt;
+  return detail::extent{off, arena_->base() + off, bytes, epoch_};
 }
 
 detail::ref_node* node_runtime::seal_extent(const object_id& id, std::uint64_t tag, const detail::extent& x,
-                                            std::size_t size) {
+                                            std::size_t size, std::span<const object_id> contained) {
+  std::vector<object_entry*> held;  // (counted before the entry exists: a missing one fails it whole)
+  for (const object_id& c : contained) {
+    object_entry* inner = dir_->acquire(c);
+    if (!inner) {
+      for (object_entry* h : held) detail::release(h);
+      throw usage_error("manta: a value holding an object_ref that no longer exists was kept");
+    }
+    held.push_back(inner);
+  }
   object_entry* e = dir_->create(id, 1);
+  for (object_entry* h : held) e->contained.push_back(h);
   e->owner = pid_;
   e->type_tag = tag;
   e->size = size;

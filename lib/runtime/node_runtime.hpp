@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -125,8 +127,16 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// A node of a cluster: keeps a driver's object under the driver's `id`, so
   /// that refs to it inside values resolve here. @throws what put throws
   detail::ref_node* import_object(const object_id& id, const detail::encoded_value& v);
-  /// The same for a value written into `x` (allocate_extent), which it takes over.
-  detail::ref_node* import_extent(const object_id& id, std::uint64_t tag, const detail::extent& x);
+  /// The same for a value written into `x` (allocate_extent), which it takes
+  /// over (freed if this throws), holding the objects `contained` names.
+  detail::ref_node* import_extent(const object_id& id, std::uint64_t tag, const detail::extent& x,
+                                  std::span<const object_id> contained = {});
+  /// Room for a value arriving from the cluster, written there as its bytes
+  /// come (on a link's thread): only free room, never spilling for it (a disk
+  /// write would stall that thread's heartbeats), and only while a quarter of
+  /// the arena stays free for what runs here (a value waiting here cannot be
+  /// spilled). Nullopt if there is none.
+  std::optional<detail::extent> landing_room(std::size_t bytes);
   /// The same for an object that failed (a driver keeps one a node's result names).
   detail::ref_node* import_failed(const object_id& id, const ipc::error_info& why);
   /// A node of a cluster: a handle (one count) under `id` for the actor `key`
@@ -250,8 +260,11 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void accept_import(const object_id& id);
   /// put, under `id`.
   detail::ref_node* put_as(const object_id& id, const detail::encoded_value& v);
-  /// The object `id` of `size` bytes written into `x`, which it takes over (counted once).
-  detail::ref_node* seal_extent(const object_id& id, std::uint64_t tag, const detail::extent& x, std::size_t size);
+  /// The object `id` of `size` bytes written into `x`, which it takes over
+  /// (counted once), holding the objects `contained` names. @throws usage_error
+  /// if one of them is not here (`x` is then not taken over)
+  detail::ref_node* seal_extent(const object_id& id, std::uint64_t tag, const detail::extent& x, std::size_t size,
+                                std::span<const object_id> contained = {});
   /// Asks for objects still pending, by entry (each counted once; under the scheduler's lock).
   std::unordered_map<object_entry*, std::vector<bridge::object_note>> asked_pending_;
   std::uint64_t remote_actors_ = 0;  ///< actors started on the cluster (their keys' numbers; under the scheduler's lock)
