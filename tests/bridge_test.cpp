@@ -639,6 +639,51 @@ TEST(bridge_membership, nodes_join_with_their_resources_and_the_table_lists_them
   EXPECT_NE(table.find("\"node-2\""), std::string::npos) << table;
 }
 
+TEST(bridge_membership, a_frame_naming_no_member_never_reaches_a_peer_that_has_not_joined) {
+  // (Found by head_fuzz: an object note naming no node went to a tool's connection.)
+  head h({.token = token});
+  node_info as_driver = a_node();
+  as_driver.role = "driver";
+  std::promise<void> answered;
+  node_link driver(at(h), token, as_driver, nullptr, [&](std::vector<frame>&& frames) {
+    for (const auto& f : frames)
+      if (f.type == frame_type::actor_found) answered.set_value();
+  });
+  // A peer that proved the token and has not said what it is yet.
+  int peer = connect_to("127.0.0.1", h.port(), std::chrono::seconds(5));
+  authenticate_to_head(peer, token);
+  const std::string id = std::string(28, '0') + "0001";
+  driver.send(frame_type::object_lost, encode_object_note({driver.node_id() + "/" + id, "", "gone"}));
+  driver.send(frame_type::object_freed, encode_object_note({driver.node_id() + "/" + id, "", ""}));
+  // The head answers the driver's lookup after the notes (one connection's frames are handled in order).
+  driver.send(frame_type::find_actor, encode_actor_lookup({1, "nobody", {}, 0, {}}));
+  ASSERT_EQ(answered.get_future().wait_for(10s), std::future_status::ready);
+  send_all(peer, encode(frame_type::status_request, ""), io_clock::now() + 5s);
+  frame_decoder in;
+  frame f;
+  ASSERT_EQ(receive(peer, in, io_clock::now() + 10s, f), receive_status::frame);
+  EXPECT_EQ(f.type, frame_type::status_reply) << "the peer's first frame is the answer to its request";
+  ::close(peer);
+}
+
+TEST(bridge_membership, the_table_lists_the_last_lost_nodes_not_every_one) {
+  head h({.token = token});
+  node_link stays(at(h), token, a_node(), nullptr);
+  const std::size_t gone = lost_nodes_listed + 12;
+  for (std::size_t i = 0; i < gone; ++i) node_link(at(h), token, a_node(), nullptr);  // joins, and leaves
+  ASSERT_TRUE(manta::testing::eventually([&] {
+    auto nodes = h.nodes();
+    return std::count_if(nodes.begin(), nodes.end(), [](const node_state& n) { return !n.alive; }) ==
+               static_cast<std::ptrdiff_t>(lost_nodes_listed) &&
+           nodes.back().id == "node-" + std::to_string(gone + 1) && !nodes.back().alive;
+  }));
+  auto nodes = h.nodes();
+  EXPECT_EQ(nodes.size(), lost_nodes_listed + 1);
+  EXPECT_EQ(nodes.front().id, "node-1") << "the live node stays listed";
+  EXPECT_TRUE(nodes.front().alive);
+  EXPECT_EQ(nodes[1].id, "node-" + std::to_string(gone + 2 - lost_nodes_listed)) << "the oldest lost ones went";
+}
+
 TEST(bridge_membership, a_wrong_token_or_another_binary_is_refused_and_named) {
   head h({.token = token});
   node_link first(at(h), token, a_node({"f", "g"}), nullptr);

@@ -981,6 +981,12 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       n.alive = false;
       n.lost_why = why;
     }
+  // The table lists the last lost nodes, not every one since the head began:
+  // nodes come and go for as long as it runs, and every change sends the table.
+  auto lost = std::count_if(nodes_.begin(), nodes_.end(), [](const node_state& n) { return !n.alive; });
+  for (auto it = nodes_.begin(); lost > static_cast<std::ptrdiff_t>(lost_nodes_listed) && it != nodes_.end();)
+    if (!it->alive) it = nodes_.erase(it), --lost;
+    else ++it;
   running_.erase(c.node_id);
   hosted_.erase(c.node_id);
   held_.erase(c.node_id);
@@ -1451,6 +1457,9 @@ void head::end_actor(const connection& driver, std::string_view body, std::vecto
 }
 
 std::shared_ptr<head::connection> head::connection_of(const std::string& id, bool driver) const {
+  // (A connection that has not joined, a tool's or one in its handshake, has
+  // no id: a frame naming none must not reach it.)
+  if (id.empty()) return nullptr;
   for (const auto& c : connections_)
     if (c->node_id == id && c->driver == driver && !c->done) return c;
   return nullptr;
@@ -1890,8 +1899,13 @@ std::string ask_head(const std::string& address, const std::string& token, const
     send_all(fd, encode(request == "stop" ? frame_type::stop_request : frame_type::status_request, ""), until);
     frame_decoder in;
     frame f;
-    if (receive(fd, in, until, f) != receive_status::frame || f.type != frame_type::status_reply)
-      throw join_error("manta: the head at " + address + " did not answer");
+    const receive_status st = receive(fd, in, until, f);
+    if (st != receive_status::frame)
+      throw join_error("manta: the head at " + address + " did not answer (" +
+                       (st == receive_status::closed ? "it closed the connection" : "not within 10 s") + ")");
+    if (f.type != frame_type::status_reply)
+      throw join_error("manta: the head at " + address + " answered with a frame of type " +
+                       std::to_string(static_cast<int>(f.type)) + (f.type == frame_type::refused ? ": " + f.body : ""));
     close_socket(fd);
     return f.body;
   } catch (const join_error&) {

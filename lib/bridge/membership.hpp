@@ -43,6 +43,9 @@ inline constexpr std::chrono::milliseconds lost_after{2500};
 /// started again, or a new one), by default.
 inline constexpr std::chrono::milliseconds node_wait{60'000};
 
+/// The head's node table lists at most this many lost nodes (the last ones).
+inline constexpr std::size_t lost_nodes_listed = 128;
+
 /// What a node says when it joins.
 struct node_info {
   std::string host;
