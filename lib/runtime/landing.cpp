@@ -56,6 +56,25 @@ detail::ref_node* landed_values::claim_as(std::size_t i, const object_id& id) {
 
 namespace {
 
+/// The value a landing is reading: `left` bytes still to come, going to
+/// `into` (its arena extent) if it landed, else onto the frame's body.
+struct value_in_progress {
+  std::uint64_t left = 0;
+  std::byte* into = nullptr;
+  /// Takes what `bytes` holds of it (removed from `bytes`).
+  void take(std::string_view& bytes, std::string& body) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(left, bytes.size()));
+    if (into) {
+      std::memcpy(into, bytes.data(), n);
+      into += n;
+    } else {
+      body.append(bytes.data(), n);
+    }
+    left -= n;
+    bytes.remove_prefix(n);
+  }
+};
+
 /// Reads a task's argument blob as it streams in: small arguments are copied
 /// into the blob kept, large values into the arena.
 class task_landing final : public bridge::frame_landing {
@@ -74,16 +93,8 @@ class task_landing final : public bridge::frame_landing {
   void take(std::string_view bytes) override {
     frame_left_ -= std::min<std::uint64_t>(frame_left_, bytes.size());
     while (!bytes.empty() && !broken_) {
-      if (value_left_ > 0) {  // the bytes of the value begun
-        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(value_left_, bytes.size()));
-        if (into_) {
-          std::memcpy(into_, bytes.data(), n);
-          into_ += n;
-        } else {
-          body_.append(bytes.data(), n);
-        }
-        value_left_ -= n;
-        bytes.remove_prefix(n);
+      if (value_.left > 0) {  // the bytes of the value begun
+        value_.take(bytes, body_);
         continue;
       }
       if (args_left_ == 0) return broken();
@@ -99,7 +110,7 @@ class task_landing final : public bridge::frame_landing {
   }
 
   bridge::frame finish() override {
-    if (args_left_ != 0 || value_left_ != 0 || header_have_ != 0) broken();
+    if (args_left_ != 0 || value_.left != 0 || header_have_ != 0) broken();
     return {bridge::frame_type::run_task, std::move(body_), landed_->size() ? landed_ : nullptr};
   }
 
@@ -124,7 +135,7 @@ class task_landing final : public bridge::frame_landing {
     std::memcpy(&size_or_index, header_ + 1 + sizeof tag, sizeof size_or_index);
     const auto ref = static_cast<std::uint8_t>(process::arg_kind::ref);
     if (kind > ref) return broken();
-    into_ = nullptr;
+    value_.into = nullptr;
     if (kind == ref) {
       // Indexes past `objects` are the landed values': a sender's names none of them.
       if (size_or_index >= objects_) size_or_index = ~std::uint32_t{0};
@@ -132,10 +143,10 @@ class task_landing final : public bridge::frame_landing {
     } else {
       // (What is left of this frame: the bytes of this take() after the header, and the later parts.)
       if (size_or_index > frame_left_ + here_left_) return broken();  // announced past the frame's end
-      value_left_ = size_or_index;
+      value_.left = size_or_index;
       if (size_or_index > detail::max_inline_bytes) {
         if (landed_->add(size_or_index, tag)) {
-          into_ = landed_->back().room.data;
+          value_.into = landed_->back().room.data;
           process::append_arg_header(body_, process::arg_kind::ref, tag,
                                      static_cast<std::uint32_t>(objects_ + landed_->size() - 1));
           return;
@@ -158,8 +169,7 @@ class task_landing final : public bridge::frame_landing {
   std::uint32_t args_left_ = 0;
   char header_[1 + sizeof(std::uint64_t) + sizeof(std::uint32_t)];  ///< an argument's, as it comes
   std::size_t header_have_ = 0;
-  std::uint64_t value_left_ = 0;  ///< bytes of the value begun still to come
-  std::byte* into_ = nullptr;     ///< where they go, if it landed
+  value_in_progress value_;
 };
 
 /// Reads an outcome's values as they stream in: small ones are kept in the
@@ -176,21 +186,13 @@ class outcome_landing final : public bridge::frame_landing {
 
   void take(std::string_view bytes) override {
     while (!bytes.empty()) {
-      if (value_left_ == 0 && !begin_value()) throw bridge::wire_error("manta bridge: an outcome with bytes past its values");
-      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(value_left_, bytes.size()));
-      if (into_) {
-        std::memcpy(into_, bytes.data(), n);
-        into_ += n;
-      } else {
-        body_.append(bytes.data(), n);
-      }
-      value_left_ -= n;
-      bytes.remove_prefix(n);
+      if (value_.left == 0 && !begin_value()) throw bridge::wire_error("manta bridge: an outcome with bytes past its values");
+      value_.take(bytes, body_);
     }
   }
 
   bridge::frame finish() override {
-    if (value_left_ != 0 || begin_value()) throw bridge::wire_error("manta bridge: an outcome ends short of its values");
+    if (value_.left != 0 || begin_value()) throw bridge::wire_error("manta bridge: an outcome ends short of its values");
     return {bridge::frame_type::task_result, std::move(body_), landed_->size() ? landed_ : nullptr};
   }
 
@@ -200,17 +202,17 @@ class outcome_landing final : public bridge::frame_landing {
     while (next_ < sizes_.size() && sizes_[next_] == 0) ++next_;
     if (next_ == sizes_.size()) return false;
     const std::uint64_t size = sizes_[next_];
-    into_ = nullptr;
+    value_.into = nullptr;
     if (size > detail::max_inline_bytes) {
       if (landed_->add(size, 0, static_cast<std::uint32_t>(next_))) {
-        into_ = landed_->back().room.data;
+        value_.into = landed_->back().room.data;
       } else if (!reserved_) {  // joined, as without a landing: the rest at once
         body_.reserve(body_.size() + std::accumulate(sizes_.begin() + static_cast<std::ptrdiff_t>(next_), sizes_.end(),
                                                      std::uint64_t{0}));
         reserved_ = true;
       }
     }
-    value_left_ = size;
+    value_.left = size;
     ++next_;
     return true;
   }
@@ -220,8 +222,7 @@ class outcome_landing final : public bridge::frame_landing {
   std::vector<std::uint64_t> sizes_;
   std::size_t next_ = 0;          ///< the value to begin next
   bool reserved_ = false;         ///< body_ has room for the rest (a value that could not land)
-  std::uint64_t value_left_ = 0;  ///< bytes of the value begun still to come
-  std::byte* into_ = nullptr;     ///< where they go, if it landed
+  value_in_progress value_;
 };
 
 }  // namespace

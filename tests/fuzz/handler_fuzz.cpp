@@ -21,6 +21,7 @@
 
 #include <manta/manta.hpp>
 
+#include "fuzz_input.hpp"
 #include "ipc/messages.hpp"
 #include "process/args_blob.hpp"
 #include "process/context.hpp"
@@ -42,29 +43,7 @@ struct fuzz_actor {
 };
 MANTA_ACTOR(fuzz_actor, &fuzz_actor::read);
 
-/// Reads the input as a stream of small values.
-struct input {
-  const std::uint8_t* p;
-  std::size_t n;
-  bool empty() const { return n == 0; }
-  std::uint8_t byte() {
-    if (!n) return 0;
-    --n;
-    return *p++;
-  }
-  std::uint64_t u64(int bytes = 8) {
-    std::uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v = (v << 8) | byte();
-    return v;
-  }
-  std::string bytes(std::size_t max) {
-    std::size_t k = std::min<std::size_t>(byte() % (max + 1), n);
-    std::string s(reinterpret_cast<const char*>(p), k);
-    p += k;
-    n -= k;
-    return s;
-  }
-};
+using fuzzing::input;
 
 struct quiet_host final : scheduler_host {
   std::vector<int> spawns;

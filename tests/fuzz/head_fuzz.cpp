@@ -23,6 +23,7 @@
 #include "bridge/membership.hpp"
 #include "bridge/task_wire.hpp"
 #include "bridge/wire.hpp"
+#include "fuzz_input.hpp"
 
 namespace {
 
@@ -38,29 +39,7 @@ head& the_head() {
   return *h;
 }
 
-/// Reads the input as a stream of small values.
-struct input {
-  const std::uint8_t* p;
-  std::size_t n;
-  bool empty() const { return n == 0; }
-  std::uint8_t byte() {
-    if (!n) return 0;
-    --n;
-    return *p++;
-  }
-  std::uint64_t number(int bytes) {
-    std::uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v = (v << 8) | byte();
-    return v;
-  }
-  std::string bytes(std::size_t max) {
-    const std::size_t len = std::min<std::size_t>(byte() % (max + 1), n);
-    std::string s(reinterpret_cast<const char*>(p), len);
-    p += len;
-    n -= len;
-    return s;
-  }
-};
+using manta::fuzzing::input;
 
 /// What the node's link received: the tasks' numbers, to answer them.
 struct received {
@@ -77,8 +56,8 @@ std::string hex_id(input& in) {
 
 remote_task a_task(input& in, const std::string& driver, const std::string& node) {
   remote_task t;
-  t.id = in.number(1);
-  t.function = in.byte() % 2 ? 0 : in.number(8);
+  t.id = in.u64(1);
+  t.function = in.byte() % 2 ? 0 : in.u64(8);
   t.name = in.byte() % 2 ? "f" : in.bytes(8);
   t.mode = in.byte() % 7;  // (5: an object's value; 6: no mode at all)
   t.num_returns = in.byte() % 3;
@@ -114,7 +93,7 @@ remote_task a_task(input& in, const std::string& driver, const std::string& node
 
 task_outcome an_outcome(input& in, const std::vector<std::uint64_t>& known, const std::string& driver) {
   task_outcome o;
-  o.id = !known.empty() && in.byte() % 4 ? known[in.byte() % known.size()] : in.number(1);
+  o.id = !known.empty() && in.byte() % 4 ? known[in.byte() % known.size()] : in.u64(1);
   o.ok = in.byte() % 4 != 0;
   if (!o.ok) {
     o.error.message = in.bytes(8);
@@ -185,7 +164,7 @@ void send_one(input& in, node_link& driver, node_link& node, bool up[2], receive
         h.type = flags & 8 ? frame_type::task_result : frame_type::run_task;
         bytes = h.type == frame_type::run_task ? encode_task_head(a_task(in, driver_id, node_id))
                                                : encode_outcome_head(an_outcome(in, known, driver_id));
-        h.total = bytes.size() + (flags & 16 ? 0 : in.number(2));
+        h.total = bytes.size() + (flags & 16 ? 0 : in.u64(2));
       } else {
         bytes = in.bytes(24);
       }
@@ -199,17 +178,17 @@ void send_one(input& in, node_link& driver, node_link& node, bool up[2], receive
       break;
     case 7: {
       type = frame_type::cancel_task;
-      const std::uint64_t id = !known.empty() && in.byte() % 2 ? known[in.byte() % known.size()] : in.number(1);
+      const std::uint64_t id = !known.empty() && in.byte() % 2 ? known[in.byte() % known.size()] : in.u64(1);
       body.assign(reinterpret_cast<const char*>(&id), sizeof id);
       break;
     }
     case 8:
       type = frame_type::find_actor;
-      body = encode_actor_lookup({in.number(1), in.byte() % 2 ? "named" : in.bytes(6), {}, 0, {}});
+      body = encode_actor_lookup({in.u64(1), in.byte() % 2 ? "named" : in.bytes(6), {}, 0, {}});
       break;
     case 9:
       type = frame_type::host_actor;
-      body = encode_actor_lookup({in.byte() % 2 ? 0 : in.number(1), in.byte() % 2 ? "" : "named",
+      body = encode_actor_lookup({in.byte() % 2 ? 0 : in.u64(1), in.byte() % 2 ? "" : "named",
                                   in.byte() % 3 ? driver_id + "/d" + std::to_string(in.byte() % 4) : in.bytes(12),
                                   in.byte(), {}});
       break;
