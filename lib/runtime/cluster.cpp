@@ -413,8 +413,10 @@ void cluster_driver::take_frame(bridge::frame&& f) {
     cancels_staged_.push_back(call);
   } else if (f.type == bridge::frame_type::task_result) {
     inbound in;
-    const landed_values* landed = static_cast<const landed_values*>(f.landed.get());
-    in.outcome = bridge::decode_outcome(std::move(f.body), landed ? landed->numbers() : std::vector<std::uint32_t>());  // malformed: throws, and the link ends
+    // (Values that landed in the arena are not in the body: decode_outcome is told which.)
+    const auto* landed = static_cast<const landed_values*>(f.landed.get());
+    const std::vector<std::uint32_t> numbers = landed ? landed->numbers() : std::vector<std::uint32_t>();
+    in.outcome = bridge::decode_outcome(std::move(f.body), numbers);  // malformed: throws, and the link ends
     in.outcome.landed = std::move(f.landed);
     to_applier(std::move(in));
   } else if (f.type == bridge::frame_type::actor_found) {

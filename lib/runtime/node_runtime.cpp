@@ -1,7 +1,6 @@
 // runtime/node_runtime.cpp: starting and stopping the node, and the calls user
 // threads make (put, get, wait, submit, ref counting).
 #include "runtime/node_runtime.hpp"
-#include "runtime/landing.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -28,6 +27,7 @@
 #include "process/args_blob.hpp"
 #include "observe/log.hpp"
 #include "ipc/owned_fds.hpp"
+#include "runtime/landing.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
