@@ -17,6 +17,7 @@
 // with MANTA_NODE by `manta start`), drives, and stops them all.
 //
 //   manta_cluster [rounds=5] [tasks=3000] [bytes|tasks]   (only the transfers on 1 node, or the task rates)
+// MANTA_CLUSTER_WORKERS sets the workers of the driver and of each node (2 by default).
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -76,11 +77,13 @@ double median(std::vector<double> v) {
 
 std::string dir;
 std::string cli() { return MANTA_CLI_PATH; }
+// Workers of the driver and of each node: 2 on a 2-core machine; more where there are cores for them.
+const int workers = std::getenv("MANTA_CLUSTER_WORKERS") ? std::atoi(std::getenv("MANTA_CLUSTER_WORKERS")) : 2;
 
 /// Starts this program as a node; returns its pid and how long until the head listed it.
 std::pair<int, double> start_node(const std::string& self) {
   auto t0 = clock_type::now();
-  std::string cmd = cli() + " start --log-dir " + dir + " --num-workers 2 -- " + self + " 2>&1";
+  std::string cmd = cli() + " start --log-dir " + dir + " --num-workers " + std::to_string(workers) + " -- " + self + " 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
   char buf[512];
@@ -233,8 +236,8 @@ int main(int argc, char** argv) {
 
   ::setenv("MANTA_ADDRESS", address.c_str(), 1);
   ::setenv("MANTA_TOKEN_FILE", (dir + "/cluster.token").c_str(), 1);
-  manta::init({.num_workers = 2});
-  std::printf("manta_cluster: %d rounds, medians; head and nodes on loopback, 2 workers each\n", rounds);
+  manta::init({.num_workers = workers});
+  std::printf("manta_cluster: %d rounds, medians; head and nodes on loopback, %d workers each\n", rounds, workers);
   auto finish = [&] {
     manta::shutdown();
     std::system((cli() + " stop --log-dir " + dir + " > /dev/null").c_str());

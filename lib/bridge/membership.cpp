@@ -11,6 +11,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -168,6 +169,7 @@ struct head::connection {
   }
   void start_writer() {
     writer = std::thread([this] {
+      ::prctl(PR_SET_NAME, "manta-head-wr");  // (names what top -H and perf show)
       std::vector<queued_frame> batch;
       std::vector<std::string_view> pieces;
       for (;;) {
@@ -253,9 +255,15 @@ head::head(config c) : cfg_(std::move(c)), port_(cfg_.port) {
     ::close(listen_fd_);
     throw std::system_error(errno, std::generic_category(), "manta bridge: eventfd");
   }
-  acceptor_ = std::thread([this] { accept_loop(); });
+  acceptor_ = std::thread([this] {
+    ::prctl(PR_SET_NAME, "manta-accept");
+    accept_loop();
+  });
   try {
-    watcher_ = std::thread([this] { watch_heartbeats(); });
+    watcher_ = std::thread([this] {
+      ::prctl(PR_SET_NAME, "manta-watch");
+      watch_heartbeats();
+    });
   } catch (...) {
     stopping_ = true;
     wake(wake_fd_);
@@ -320,6 +328,7 @@ void head::accept_loop() {
     connections_.push_back(c);
     try {
       c->thread = std::thread([this, c] {
+        ::prctl(PR_SET_NAME, "manta-head-rd");
         serve(c);
         c->stop_writer();  // what was queued (a reply, a refusal) goes first, within its limit
         c->close();
@@ -1771,7 +1780,10 @@ node_link::node_link(const std::string& address, const std::string& token, node_
     close_socket(fd_);
     throw join_error(std::string("manta: eventfd: ") + std::strerror(errno));
   }
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    ::prctl(PR_SET_NAME, "manta-link");
+    run();
+  });
 }
 
 node_link::~node_link() {

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -116,7 +117,10 @@ control_server::control_server(std::string path, handler answer)
     ::unlink(path_.c_str());
     throw std::system_error(e, std::generic_category(), "manta: eventfd");
   }
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    ::prctl(PR_SET_NAME, "manta-control");  // (names what top -H and perf show)
+    run();
+  });
 }
 
 control_server::~control_server() {

@@ -1,6 +1,7 @@
 // runtime/cluster.cpp: a driver's link to the cluster, and a node's service.
 #include "runtime/cluster.hpp"
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -95,8 +96,14 @@ cluster_driver::cluster_driver(node_runtime& rt, const std::string& address, con
       [this](std::vector<bridge::frame>&& frames) { on_frames(std::move(frames)); },
       lander_for(rt));  // a long outcome's large values go into the arena as they come, where they stay
   try {
-    sender_ = std::thread([this] { send_loop(); });
-    applier_ = std::thread([this] { apply_loop(); });
+    sender_ = std::thread([this] {
+      ::prctl(PR_SET_NAME, "manta-c-send");  // (names what top -H and perf show)
+      send_loop();
+    });
+    applier_ = std::thread([this] {
+      ::prctl(PR_SET_NAME, "manta-c-apply");
+      apply_loop();
+    });
   } catch (...) {
     leave();
     throw;
@@ -393,7 +400,10 @@ void cluster_driver::on_frames(std::vector<bridge::frame>&& frames) {
     if (!stopping_) {
       std::move(host_staged_.begin(), host_staged_.end(), std::back_inserter(host_inbox_));
       host_cancels_.insert(host_cancels_.end(), cancels_staged_.begin(), cancels_staged_.end());
-      if (!host_inbox_.empty() && !host_.joinable()) host_ = std::thread([this] { host_loop(); });
+      if (!host_inbox_.empty() && !host_.joinable()) host_ = std::thread([this] {
+        ::prctl(PR_SET_NAME, "manta-c-host");
+        host_loop();
+      });
       host_arrivals_.fetch_add(1);
     }
   }

@@ -2,6 +2,7 @@
 #include "store/arena.hpp"
 
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -137,7 +138,10 @@ void arena::start_warming(std::size_t reserve, std::function<bool(std::size_t)> 
   reserve_ = reserve;
   may_warm_ = std::move(may_warm);
   try {
-    warmer_ = std::thread([this] { warm_loop(); });
+    warmer_ = std::thread([this] {
+      ::prctl(PR_SET_NAME, "manta-warmer");  // (names what top -H and perf show)
+      warm_loop();
+    });
   } catch (const std::system_error& e) {  // out of threads (a pids limit): warming is optional
     reserve_ = 0;
     MANTA_DEBUG << "arena warming off: " << e.what();
