@@ -104,6 +104,24 @@ void tasks_in_bulk(benchmark::State& state) {
 }
 BENCHMARK(tasks_in_bulk)->Arg(100000)->UseRealTime()->Unit(benchmark::kMillisecond);
 
+// The same asking half a CPU: no longer default tasks, each waits for a free
+// worker and lets later ones pass (the dispatch scan of the ready queue).
+void tasks_asking_half_a_cpu_in_bulk(benchmark::State& state) {
+  ensure_runtime();
+  const int count = static_cast<int>(state.range(0));
+  std::vector<manta::object_ref<int>> refs;
+  refs.reserve(static_cast<std::size_t>(count));
+  for (auto _ : state) {
+    refs.clear();
+    for (int i = 0; i < count; ++i) refs.push_back(manta::task(identity).num_cpus(0.5).remote(i));
+    long s = 0;
+    for (auto& r : refs) s += manta::get(r);
+    benchmark::DoNotOptimize(s);
+  }
+  state.SetItemsProcessed(state.iterations() * count);
+}
+BENCHMARK(tasks_asking_half_a_cpu_in_bulk)->Arg(20000)->UseRealTime()->Unit(benchmark::kMillisecond);
+
 // ---- tasks submitting tasks
 
 /// Submits `count` children from inside a task, then gathers them.

@@ -268,6 +268,25 @@ TEST_F(placement_fixture, resources_are_taken_and_given_back_whole) {
   EXPECT_EQ(ledger.available().at("CPU"), 2);
 }
 
+TEST_F(placement_fixture, a_demand_without_room_means_no_task_like_it_goes_until_something_ends) {
+  task_spec* disk = task({}, demand{1.0, 0, {{"disk", 1}}});
+  ASSERT_EQ(place.pick(*disk), &workers[0]);
+  send(workers[0], disk);
+  task_spec* second = task({}, demand{1.0, 0, {{"disk", 1}}});
+  EXPECT_EQ(place.pick(*second), nullptr);
+  EXPECT_TRUE(place.none_fits_like(*second));  // the disk is taken
+  task_spec* no_cpu = task({}, demand{0.0, 0, {}});
+  EXPECT_FALSE(place.none_fits_like(*no_cpu));  // worker 1 is idle
+  ASSERT_EQ(place.pick(*no_cpu), &workers[1]);
+  send(workers[1], no_cpu);
+  task_spec* another = task({}, demand{0.0, 0, {}});
+  EXPECT_EQ(place.pick(*another), nullptr);
+  EXPECT_TRUE(place.none_fits_like(*another));  // it fits, but no worker is idle or lending
+  EXPECT_FALSE(place.none_fits_like(*task()));  // a default task may queue behind a busy worker
+  place.finished(workers[0], *disk);
+  EXPECT_FALSE(place.none_fits_like(*second));
+}
+
 TEST_F(placement_fixture, a_lost_worker_settles_its_accounts) {
   task_spec* a = task();
   task_spec* b = task();

@@ -1,6 +1,7 @@
 // task_graph_test: the task graph alone, in one process: edges, lanes, failure
 // spreading and removal, then a random run checked against its invariants after
 // every step. No worker, no clock.
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -159,6 +160,34 @@ TEST_F(graph_fixture, a_task_is_in_one_lane_at_a_time) {
   graph.remove(t2);
   EXPECT_EQ(theirs, (lane{t3}));
   graph.leave(t3);
+}
+
+TEST_F(graph_fixture, the_ready_queue_counts_its_tasks_by_demand) {
+  auto asking = [&](std::map<std::string, double> custom) {
+    task_spec* t = add("t", {});
+    detail::task_options o;
+    o.resources = std::move(custom);
+    t->profile = profile_of(std::move(o), detail::call_mode::call);
+    return t;
+  };
+  task_spec* a = asking({{"disk", 1}});
+  task_spec* b = asking({{"disk", 1}});
+  task_spec* c = asking({{"disk", 2}});
+  task_spec* d = add("default", {});
+  for (task_spec* t : {a, b, c, d}) graph.enter(t, graph.ready());
+  const demand one_disk = a->need(), two_disks = c->need();
+  EXPECT_EQ(graph.ready_asking(one_disk), 2u);
+  EXPECT_EQ(graph.ready_asking(two_disks), 1u);
+  EXPECT_EQ(graph.ready_asking(d->need()), 0u);  // default tasks are not counted
+  lane elsewhere;
+  graph.enter(b, elsewhere);
+  EXPECT_EQ(graph.ready_asking(one_disk), 1u);
+  graph.remove(a);
+  EXPECT_EQ(graph.ready_asking(one_disk), 0u);
+  graph.enter(b, graph.ready(), /*at_front=*/true);
+  EXPECT_EQ(graph.ready_asking(one_disk), 1u);
+  EXPECT_EQ(check(), "");
+  graph.leave(b);
 }
 
 TEST_F(graph_fixture, children_are_found_by_their_parent) {

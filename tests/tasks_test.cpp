@@ -53,8 +53,16 @@ int wait_inside(int n) {
   auto [ready, rest] = manta::wait(refs, static_cast<std::size_t>(n), 10s);
   return static_cast<int>(ready.size());
 }
+/// Holds what it asks until `path` exists (at most 30 s): whether it came.
+bool hold_until(std::string path) {
+  return manta::testing::eventually([&] { return ::access(path.c_str(), F_OK) == 0; }, 30s);
+}
+bool create_file(std::string path) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  return f && std::fclose(f) == 0;
+}
 MANTA_REMOTE(square, add, concat, nothing, fib, chain, sum_refs, borrowed, submit_inside, three,
-             throws_runtime, throws_int, pid_of, echo_lines, wait_inside);
+             throws_runtime, throws_int, pid_of, echo_lines, wait_inside, hold_until, create_file);
 
 class tasks : public runtime_per_workers {};
 INSTANTIATE_TEST_SUITE_P(workers, tasks, ::testing::Values(1, 2, 4));
@@ -214,6 +222,27 @@ TEST(tasks_misuse, a_resource_asked_with_a_negative_or_endless_amount_is_refused
     }
   }
   EXPECT_NO_THROW(manta::task(square).resources({{"sensor", 0}, {"lens", 0.5}}));
+}
+
+TEST(tasks_resources, a_task_passes_thousands_waiting_for_a_resource_and_all_of_them_run) {
+  // A dispatch stops scanning once only tasks asking demands with no room are
+  // left: the release below, queued behind 2,000 tasks asking x (held) and y,
+  // must still be found, or x is never given back.
+  manta::init({.num_workers = 2, .resources = {{"x", 1}, {"y", 1}}});
+  const std::string path = manta::testing::temp_path("released");
+  auto held = manta::task(hold_until).resources({{"x", 1}}).remote(path);
+  std::vector<manta::object_ref<int>> waiting;
+  for (int i = 0; i < 2000; ++i) waiting.push_back(manta::task(square).resources({{i % 3 ? "x" : "y", 1}}).remote(i));
+  auto released = manta::task(create_file).remote(path);
+  auto [ready, rest] = manta::wait(std::vector{held}, 1, 60s);
+  ASSERT_EQ(ready.size(), 1u) << "the task that gives x back never ran";
+  EXPECT_TRUE(manta::get(released));
+  EXPECT_TRUE(manta::get(held));
+  auto [all, left] = manta::wait(waiting, waiting.size(), 60s);
+  ASSERT_EQ(all.size(), waiting.size());
+  for (int i = 0; i < 2000; ++i) ASSERT_EQ(manta::get(waiting[i]), i * i);
+  manta::shutdown();
+  ::unlink(path.c_str());
 }
 
 TEST(tasks_output, worker_lines_reach_the_driver_with_a_pid_prefix) {

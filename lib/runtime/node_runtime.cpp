@@ -708,7 +708,11 @@ bool node_runtime::remote_room(const task_spec& t, std::size_t in_flight) {
   if (!t.contained.empty() || std::any_of(t.deps.begin(), t.deps.end(), [](auto* e) { return !e->contained.empty(); }))
     for (const object_entry* e : contained_in(t))  // (it would wait there for one not made yet)
       if ((e->actor && !travels(*e)) || e->status() != state_ready) return false;
-  return cluster_->spare_cpus(t.options()) > static_cast<double>(in_flight);
+  return cluster_room(t.options(), in_flight);
+}
+
+bool node_runtime::cluster_room(const detail::task_options& o, std::size_t in_flight) {
+  return cluster_ && !serving_ && cluster_->spare_cpus(o) > static_cast<double>(in_flight);
 }
 
 void node_runtime::prepare_outcome(bridge::task_outcome& o, remote_answer& out,

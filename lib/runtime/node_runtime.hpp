@@ -233,6 +233,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void wake() override { wake_io(); }
   std::optional<ipc::error_info> send_remote(task_spec& t) override;
   bool remote_room(const task_spec& t, std::size_t in_flight) override;
+  bool cluster_room(const detail::task_options& o, std::size_t in_flight) override;
   void end_remote_actor(const std::string& key, bool kill) override;
   void cancel_remote(std::uint64_t key) override;
   void object_settled(object_entry* e) override;

@@ -109,6 +109,13 @@ bool placement::blocks_later(const task_spec& t) const {
   return t.is_default() && (!ledger_.fits_cpu(1) || !may_wait_on_others(t));
 }
 
+bool placement::none_fits_like(const task_spec& t) const {
+  if (t.is_default()) return false;
+  if (!ledger_.fits(cpu_need(t))) return true;
+  return std::none_of(pool_.begin(), pool_.end(),
+                      [&](const worker_state* w) { return w->usable && (w->in_flight.empty() || lending(*w)); });
+}
+
 std::vector<task_spec*> placement::producers_to_lend(const worker_state& w) const {
   // Running what the blocked task waits for keeps nesting shallow: otherwise a
   // blocked worker takes whatever is queued, and fork-join code nests deeply.

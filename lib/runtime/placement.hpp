@@ -66,6 +66,11 @@ class placement {
   /// After `pick` found none for the default task `t`: no later default task
   /// can go either, so a scan of the ready queue may stop.
   bool blocks_later(const task_spec& t) const;
+  /// After `pick` found none for `t`, a task asking more or less than the
+  /// default: whether no task asking the same can go either until something
+  /// ends (its demand does not fit in what is free, or no worker is idle or
+  /// lending). Sending other tasks only takes more.
+  bool none_fits_like(const task_spec& t) const;
   /// `t` was given refs (borrowed, or inside its arguments) reaching an object
   /// not sealed yet, or an actor handle (a queue's, a stream's: its calls may
   /// wait on other tasks): it may wait on other tasks, so it never nests on a

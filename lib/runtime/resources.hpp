@@ -21,6 +21,8 @@ struct demand {
   int gpu = 0;
   std::map<std::string, double> custom;
   bool empty() const { return cpu == 0 && gpu == 0 && custom.empty(); }
+  bool operator==(const demand&) const = default;
+  auto operator<=>(const demand&) const = default;
 };
 
 /// Not thread-safe: the scheduler uses it under its mutex.

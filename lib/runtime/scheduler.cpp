@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <utility>
 
 #include <manta/errors.hpp>
@@ -234,6 +235,64 @@ void scheduler::fail_remote(const ipc::error_info& why) {
   dispatch();
 }
 
+namespace {
+
+/// One dispatch's scan of the ready queue: the demands found to have no room
+/// (no task asking one can go before something ends), and the tasks passed.
+/// A task asking one is passed unasked, and the scan stops once only such
+/// tasks are left: before, each dispatch walked the whole queue, and n tasks
+/// asking a custom resource took O(n^2) (40,000 ran at 2,300 a second).
+class scan_of_ready {
+ public:
+  /// Whether `t` asks a demand with no room: it is passed.
+  bool passes(const task_spec& t) {
+    if (unfit_asking_ == 0 || t.is_default()) return false;
+    seen* s = find(t.need());
+    if (!s || !s->unfit) return false;
+    last_ = {&t.need(), s};
+    ++s->passed;
+    ++unfit_behind_;
+    return true;
+  }
+  /// `t` (not a default task) was passed; `unfit`: no task asking its demand
+  /// can go in this scan, and `asking` tasks of the ready queue ask it.
+  void passed(const task_spec& t, bool unfit, std::size_t asking) {
+    seen* s = find(t.need());
+    if (!s) s = &seen_.emplace_back(seen{t.need(), 0, false});
+    last_ = {&t.need(), s};
+    ++s->passed;
+    if (s->unfit) ++unfit_behind_;
+    else if (unfit) {
+      s->unfit = true;
+      unfit_asking_ += asking;
+      unfit_behind_ += s->passed;
+    }
+  }
+  /// Whether the `left` tasks from here on all ask demands with no room.
+  bool only_unfit_left(std::size_t left) const { return unfit_asking_ > 0 && unfit_asking_ - unfit_behind_ == left; }
+
+ private:
+  struct seen {
+    demand need;  // (a copy: a passed task may be freed before the scan ends)
+    std::size_t passed;  ///< its tasks passed so far, in the queue before the scan's place
+    bool unfit;
+  };
+  seen* find(const demand& d) {
+    // Tasks come in runs submitted with one set of options, sharing one demand
+    // (its address is the profile's, alive while a passed task holds it).
+    if (&d == last_.first) return last_.second;
+    for (seen& s : seen_)
+      if (s.need == d) return &s;
+    return nullptr;
+  }
+  std::deque<seen> seen_;  // (stays where it is as it grows: last_ points in)
+  std::pair<const demand*, seen*> last_{nullptr, nullptr};  ///< the last demand a task was passed for
+  std::size_t unfit_asking_ = 0;  ///< ready tasks asking demands with no room
+  std::size_t unfit_behind_ = 0;  ///< of those, the ones before the scan's place
+};
+
+}  // namespace
+
 void scheduler::dispatch() {
   // Remote tasks go out as others come back, are cancelled or fail: every one of
   // those ends in a dispatch.
@@ -248,11 +307,16 @@ void scheduler::dispatch() {
   // worker. A default task that cannot go otherwise means no later one can
   // either, so the scan stops there.
   lane& ready = graph_.ready();
-  for (std::size_t i = 0; i < ready.size();) {
+  scan_of_ready scan;
+  for (std::size_t i = 0; i < ready.size() && !scan.only_unfit_left(ready.size() - i);) {
     task_spec* t = ready[i];
+    if (scan.passes(*t)) {
+      ++i;
+      continue;
+    }
     worker_state* w = place_.pick(*t);
-    if (!w && !t->local_only && remote_waiting_.empty() && remote_.size() < max_remote_in_flight &&
-        host_.remote_room(*t, remote_.size())) {
+    const bool may_spill = remote_waiting_.empty() && remote_.size() < max_remote_in_flight;
+    if (!w && !t->local_only && may_spill && host_.remote_room(*t, remote_.size())) {
       // It would queue here while a node of the cluster has a CPU free: it goes there.
       t->remote = t->spilled = true;
       if (!host_.send_remote(*t)) {
@@ -265,6 +329,11 @@ void scheduler::dispatch() {
     }
     if (!w) {
       if (place_.blocks_later(*t)) break;
+      if (!t->is_default()) {
+        // (Sending others only takes what is free, and more remote room.)
+        const bool unfit = place_.none_fits_like(*t) && !(may_spill && host_.cluster_room(t->options(), remote_.size()));
+        scan.passed(*t, unfit, unfit ? graph_.ready_asking(t->need()) : 0);
+      }
       ++i;
       continue;
     }

@@ -89,6 +89,9 @@ class scheduler_host {
   /// Whether a ready task no local worker can take now may go to the cluster
   /// instead (some node has a CPU free), given `in_flight` remote tasks.
   virtual bool remote_room(const task_spec& t, std::size_t in_flight) = 0;
+  /// What of remote_room depends on `o` alone: false means no ready task
+  /// submitted with options like `o` may go to the cluster now.
+  virtual bool cluster_room(const detail::task_options& o, std::size_t in_flight) = 0;
   /// An actor that lives on another node ended here (its handles are gone, or
   /// it was killed): tell its node. Never blocks.
   virtual void end_remote_actor(const std::string& key, bool kill) = 0;

@@ -108,6 +108,7 @@ void task_graph::clear() {
       if (e->producer_ == t.get()) e->producer_ = nullptr;
   }
   ready_.clear();
+  ready_demands_.clear();
   with_parent_ = 0;
   auto doomed = std::move(tasks_);
   tasks_.clear();
@@ -118,16 +119,26 @@ void task_graph::enter(task_spec* t, lane& l, bool at_front) {
   if (at_front) l.push_front(t);
   else l.push_back(t);
   t->in_lane = &l;
+  if (&l == &ready_ && !t->is_default()) ++ready_demands_[t->need()];
 }
 
 void task_graph::leave(task_spec* t) {
   lane* l = std::exchange(t->in_lane, nullptr);
   if (!l) return;
+  if (l == &ready_ && !t->is_default()) {
+    auto it = ready_demands_.find(t->need());
+    if (--it->second == 0) ready_demands_.erase(it);
+  }
   // Mostly taken from either end: a worker's tasks finish in the order sent
   // (or the reverse, when nested), queues are served from the front.
   if (!l->empty() && l->front() == t) l->pop_front();
   else if (!l->empty() && l->back() == t) l->pop_back();
   else l->erase(std::find(l->begin(), l->end(), t));
+}
+
+std::size_t task_graph::ready_asking(const demand& d) const {
+  auto it = ready_demands_.find(d);
+  return it == ready_demands_.end() ? 0 : it->second;
 }
 
 void task_graph::sealed(object_entry* e, std::vector<task_spec*>& runnable) {
@@ -200,8 +211,12 @@ std::string task_graph::check(std::span<object_entry* const> entries) const {
     if (t->in_lane && std::find(t->in_lane->begin(), t->in_lane->end(), t.get()) == t->in_lane->end())
       return "task " + std::to_string(key) + " is not in the lane it names";
   }
-  for (const task_spec* t : ready_)
+  std::map<demand, std::size_t> asking;
+  for (const task_spec* t : ready_) {
     if (!live(t) || t->in_lane != &ready_) return "the ready queue holds a task that is gone or elsewhere";
+    if (!t->is_default()) ++asking[t->need()];
+  }
+  if (asking != ready_demands_) return "the ready queue's count of tasks by demand is off";
   return {};
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -53,6 +54,9 @@ class task_graph {
   void leave(task_spec* t);
   /// The pool's ready queue: tasks whose arguments are all sealed, in order.
   lane& ready() noexcept { return ready_; }
+  /// How many tasks in the ready queue ask `d`, a demand other than the
+  /// default task's (a dispatch that found no room for it stops early).
+  std::size_t ready_asking(const demand& d) const;
 
   // ---- edges
   /// The task that will seal `e`, while there is one.
@@ -87,6 +91,8 @@ class task_graph {
   // task are on the hot path (a node-based map cost about 100 instructions more).
   boost::unordered_flat_map<std::uint64_t, std::unique_ptr<task_spec>> tasks_;
   lane ready_;
+  /// The ready queue's tasks by demand, but for default tasks (ready_asking).
+  std::map<demand, std::size_t> ready_demands_;
   std::size_t with_parent_ = 0;  ///< tasks submitted from a worker: children_of looks only then
 };
 

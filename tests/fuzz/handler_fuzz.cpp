@@ -55,6 +55,7 @@ struct quiet_host final : scheduler_host {
     return ipc::error_info{ipc::error_kind::usage, "manta::usage_error", "no cluster", {}, {}, 0, 0, {}};
   }
   bool remote_room(const task_spec&, std::size_t) override { return false; }
+  bool cluster_room(const detail::task_options&, std::size_t) override { return false; }
   void end_remote_actor(const std::string&, bool) override {}
   void cancel_remote(std::uint64_t) override {}
   bool cluster_can_run(const task_spec&) override { return false; }
