@@ -224,6 +224,11 @@ TEST_F(graph_fixture, random_operations_keep_the_graph_consistent) {
       }
       ipc::failure_ptr failed;
       task_spec* t = add(std::to_string(step), deps, 0, &failed);
+      if (rng() % 3 == 0) {  // asking a resource: the ready queue counts it by demand
+        detail::task_options o;
+        o.resources = {{rng() % 2 ? "disk" : "lens", 1.0 + static_cast<double>(rng() % 2)}};
+        t->profile = profile_of(std::move(o), detail::call_mode::call);
+      }
       pending.push_back(t->returns[0]);
       if (failed) {
         task_graph::failure_spread spread;
@@ -263,8 +268,9 @@ TEST_F(graph_fixture, random_operations_keep_the_graph_consistent) {
         seal(e, runnable);
       }
       graph.remove(t);
-    } else {  // it moves to some queue
-      graph.enter(live[rng() % live.size()], lanes[rng() % 3], rng() % 2);
+    } else {  // it moves to some queue, the ready queue among them
+      const std::size_t l = rng() % 4;
+      graph.enter(live[rng() % live.size()], l == 3 ? graph.ready() : lanes[l], rng() % 2);
     }
     if (step % 97 == 0) {
       ASSERT_EQ(check(), "") << "after step " << step;
@@ -273,6 +279,7 @@ TEST_F(graph_fixture, random_operations_keep_the_graph_consistent) {
   ASSERT_EQ(check(), "");
   graph.clear();
   for (auto& l : lanes) EXPECT_TRUE(l.empty());
+  EXPECT_TRUE(graph.ready().empty());
   EXPECT_EQ(check(), "");
 }
 

@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <utility>
 
 #include <manta/errors.hpp>
@@ -242,6 +241,8 @@ namespace {
 /// A task asking one is passed unasked, and the scan stops once only such
 /// tasks are left: before, each dispatch walked the whole queue, and n tasks
 /// asking a custom resource took O(n^2) (40,000 ran at 2,300 a second).
+/// (Nothing is allocated for a scan that passes no such task: dispatch runs
+/// once per task submitted and once per task done.)
 class scan_of_ready {
  public:
   /// Whether `t` asks a demand with no room: it is passed.
@@ -249,44 +250,48 @@ class scan_of_ready {
     if (unfit_asking_ == 0 || t.is_default()) return false;
     seen* s = find(t.need());
     if (!s || !s->unfit) return false;
-    last_ = {&t.need(), s};
     ++s->passed;
     ++unfit_behind_;
     return true;
   }
-  /// `t` (not a default task) was passed; `unfit`: no task asking its demand
-  /// can go in this scan, and `asking` tasks of the ready queue ask it.
-  void passed(const task_spec& t, bool unfit, std::size_t asking) {
+  /// `t` (not a default task) was passed. The first time its demand is seen,
+  /// `no_room()` says whether no task asking it can go in this scan, and
+  /// `asking(d)` how many tasks of the ready queue ask it.
+  template <typename NoRoom, typename Asking>
+  void passed(const task_spec& t, NoRoom&& no_room, Asking&& asking) {
     seen* s = find(t.need());
-    if (!s) s = &seen_.emplace_back(seen{t.need(), 0, false});
-    last_ = {&t.need(), s};
+    if (!s) {
+      // (Asked once: a demand with room now may run out of it later in the scan; it is then only passed slowly.)
+      seen_.push_back(seen{t.need(), 0, no_room()});
+      s = &seen_.back();
+      last_ = {&t.need(), seen_.size() - 1};
+      if (s->unfit) unfit_asking_ += asking(t.need());
+    }
     ++s->passed;
     if (s->unfit) ++unfit_behind_;
-    else if (unfit) {
-      s->unfit = true;
-      unfit_asking_ += asking;
-      unfit_behind_ += s->passed;
-    }
   }
   /// Whether the `left` tasks from here on all ask demands with no room.
   bool only_unfit_left(std::size_t left) const { return unfit_asking_ > 0 && unfit_asking_ - unfit_behind_ == left; }
 
  private:
   struct seen {
-    demand need;  // (a copy: a passed task may be freed before the scan ends)
+    demand need;  // (a copy, so that nothing here depends on which tasks stay queued)
     std::size_t passed;  ///< its tasks passed so far, in the queue before the scan's place
     bool unfit;
   };
   seen* find(const demand& d) {
     // Tasks come in runs submitted with one set of options, sharing one demand
-    // (its address is the profile's, alive while a passed task holds it).
-    if (&d == last_.first) return last_.second;
-    for (seen& s : seen_)
-      if (s.need == d) return &s;
+    // (its address is their profile's: a passed task stays queued, and holds it).
+    if (&d == last_.first) return &seen_[last_.second];
+    for (std::size_t i = 0; i < seen_.size(); ++i)
+      if (seen_[i].need == d) {
+        last_ = {&d, i};
+        return &seen_[i];
+      }
     return nullptr;
   }
-  std::deque<seen> seen_;  // (stays where it is as it grows: last_ points in)
-  std::pair<const demand*, seen*> last_{nullptr, nullptr};  ///< the last demand a task was passed for
+  std::vector<seen> seen_;
+  std::pair<const demand*, std::size_t> last_{nullptr, 0};  ///< the last demand found, and where
   std::size_t unfit_asking_ = 0;  ///< ready tasks asking demands with no room
   std::size_t unfit_behind_ = 0;  ///< of those, the ones before the scan's place
 };
@@ -331,8 +336,10 @@ void scheduler::dispatch() {
       if (place_.blocks_later(*t)) break;
       if (!t->is_default()) {
         // (Sending others only takes what is free, and more remote room.)
-        const bool unfit = place_.none_fits_like(*t) && !(may_spill && host_.cluster_room(t->options(), remote_.size()));
-        scan.passed(*t, unfit, unfit ? graph_.ready_asking(t->need()) : 0);
+        scan.passed(
+            *t,
+            [&] { return place_.none_fits_like(*t) && !(may_spill && host_.cluster_room(t->options(), remote_.size())); },
+            [&](const demand& d) { return graph_.ready_asking(d); });
       }
       ++i;
       continue;

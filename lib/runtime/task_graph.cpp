@@ -116,10 +116,17 @@ void task_graph::clear() {
 
 void task_graph::enter(task_spec* t, lane& l, bool at_front) {
   leave(t);
-  if (at_front) l.push_front(t);
-  else l.push_back(t);
+  // Counted first: a count that cannot be made leaves `t` out of every lane.
+  std::size_t* count = &l == &ready_ && !t->is_default() ? &ready_demands_[t->need()] : nullptr;
+  try {
+    if (at_front) l.push_front(t);
+    else l.push_back(t);
+  } catch (...) {
+    if (count && *count == 0) ready_demands_.erase(t->need());
+    throw;
+  }
+  if (count) ++*count;
   t->in_lane = &l;
-  if (&l == &ready_ && !t->is_default()) ++ready_demands_[t->need()];
 }
 
 void task_graph::leave(task_spec* t) {
@@ -127,7 +134,8 @@ void task_graph::leave(task_spec* t) {
   if (!l) return;
   if (l == &ready_ && !t->is_default()) {
     auto it = ready_demands_.find(t->need());
-    if (--it->second == 0) ready_demands_.erase(it);
+    assert(it != ready_demands_.end() && it->second > 0);
+    if (it != ready_demands_.end() && --it->second == 0) ready_demands_.erase(it);
   }
   // Mostly taken from either end: a worker's tasks finish in the order sent
   // (or the reverse, when nested), queues are served from the front.
