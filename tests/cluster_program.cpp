@@ -304,6 +304,32 @@ int absorb_through(manta::actor_handle<Counter> c, int n) {
 int count_through(manta::actor_handle<Counter> c, std::vector<manta::object_ref<int>> refs) {
   return manta::get(c.task(&Counter::count_refs).remote(refs), std::chrono::seconds(30));
 }
+/// Puts `a` and `b` here (on a node), and has the actor add them up through refs in a vector.
+int count_made_here(manta::actor_handle<Counter> c, int a, int b) {
+  std::vector<manta::object_ref<int>> refs{manta::put(a), manta::put(b)};
+  return manta::get(c.task(&Counter::count_refs).remote(refs), std::chrono::seconds(30));
+}
+/// Puts first..first+n-1 into `q`, in order.
+int fill(manta::queue<int> q, int first, int n) {
+  for (int i = first; i < first + n; ++i) q.put(i, std::chrono::seconds(30));
+  return n;
+}
+/// Puts one vector of `n` doubles, each `x`, into `q`.
+int fill_long(manta::queue<std::vector<double>> q, int n, double x) {
+  q.put(std::vector<double>(static_cast<std::size_t>(n), x), std::chrono::seconds(60));
+  return n;
+}
+void count_up(manta::emitter<int>& out, int n) {
+  for (int i = 0; i < n; ++i) out.emit(i * i);
+}
+/// Here (a node), a queue whose producer runs on the node that has `rare`: the sum of what came.
+int queue_across() {
+  manta::queue<int> q;
+  auto producer = manta::task(fill).resources(on_rare).remote(q, 1, 5);
+  int sum = 0;
+  for (int i = 0; i < 5; ++i) sum += q.get(std::chrono::seconds(30));
+  return manta::get(producer, std::chrono::seconds(30)) == 5 ? sum : -1;
+}
 /// Calls the actor, then says which node this ran on.
 std::vector<int> add_where(manta::actor_handle<Counter> c, int x) {
   return {manta::get(c.task(&Counter::add).remote(x), std::chrono::seconds(30)), where()};
@@ -367,7 +393,8 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              failing_doubles, count_handles, nested_sum, made_here, refs_in_a_ref, given_and_made, failed_inside,
              handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died, slow_nested,
              fan, echo_handles, kill_it, start_named, nap_marked_where, absorb_through, add_where, count_through,
-             actors_back, actor_in_a_ref, local_actor, actor_via_rare, mixed_args, made_long);
+             actors_back, actor_in_a_ref, local_actor, actor_via_rare, mixed_args, made_long,
+             count_made_here, fill, fill_long, count_up, queue_across);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
@@ -1602,6 +1629,37 @@ void driver_actor_from_nodes() {
         "a second actor here is called from a node, and the nodes work on");
 }
 
+/// Objects made on nodes reach actors on the driver's node (and on another
+/// node's) inside the arguments of their calls: refs in a vector, a queue's
+/// items (a long one in parts), a stream's. Nodes "special" and "rare".
+void objects_to_hosts() {
+  const std::map<std::string, double> on_special{{"special", 1}};
+  auto tally = manta::actor<Counter>().remote(0);  // it fits here: it lives here
+  check(manta::get(manta::task(count_made_here).resources(on_special).remote(tally, 20, 22),
+                   std::chrono::seconds(30)) == 42,
+        "refs in a vector to objects put on a node reach the actor on the driver's node");
+  check(manta::get(manta::task(count_made_here).resources(on_rare).remote(tally, 1, 2), std::chrono::seconds(30)) == 3,
+        "and from the other node");
+  manta::queue<int> q;
+  auto producer = manta::task(fill).resources(on_special).remote(q, 0, 10);
+  bool in_order = true;
+  for (int i = 0; i < 10; ++i) in_order = in_order && q.get(std::chrono::seconds(30)) == i;
+  check(in_order && manta::get(producer, std::chrono::seconds(30)) == 10,
+        "a queue made here gets, in order, what a task on a node put");
+  manta::queue<std::vector<double>> long_items;
+  auto long_producer = manta::task(fill_long).resources(on_rare).remote(long_items, 3'000'000, 0.5);
+  const std::vector<double> item = long_items.get(std::chrono::seconds(60));
+  check(item.size() == 3'000'000 && std::accumulate(item.begin(), item.end(), 0.0) == 1'500'000.0 &&
+            manta::get(long_producer, std::chrono::seconds(30)) == 3'000'000,
+        "a 24 MB item a node put comes whole");
+  std::vector<int> streamed;
+  for (auto& r : manta::task(count_up).resources(on_special).remote(5)) streamed.push_back(manta::get(r));
+  check(streamed == std::vector<int>{0, 1, 4, 9, 16}, "a stream whose task runs on a node reaches the driver");
+  check(manta::get(manta::task(queue_across).resources(on_special).remote(), std::chrono::seconds(60)) == 15,
+        "a queue made by a task on one node gets what a task on the other put");
+  check(manta::get(tally.task(&Counter::add).remote(0)) == 0, "the actor here still works");
+}
+
 /// The pid of `parent`'s child named `comm` (0 if none).
 int child_named(int parent, const std::string& comm) {
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
@@ -1814,6 +1872,7 @@ int main(int argc, char** argv) {
   else if (scenario == "head_lost") head_lost();
   else if (scenario == "gigabyte") gigabyte();
   else if (scenario == "many_long") many_long();
+  else if (scenario == "objects_to_hosts") objects_to_hosts();
   else if (scenario == "dies_mid_send") dies_mid_send();
   else if (scenario == "after_abort") after_abort();
   else if (scenario == "actors") actors();

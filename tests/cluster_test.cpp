@@ -341,6 +341,10 @@ TEST_F(cluster, actors_a_task_on_a_node_started_come_back_in_its_result_and_live
   EXPECT_EQ(with_two_nodes("handles_back", "special", "rare"), std::make_pair(0, 0));
 }
 
+TEST_F(cluster, objects_made_on_nodes_reach_actors_of_other_members_inside_their_calls_queues_and_streams) {
+  EXPECT_EQ(with_two_nodes("objects_to_hosts", "special", "rare"), std::make_pair(0, 0));
+}
+
 TEST_F(cluster, a_driver_that_leaves_ends_its_tasks_and_the_tasks_they_started_on_other_nodes) {
   pid_t a = member(true, {"special"}, "node-1.log");
   pid_t b = member(true, {"rare"}, "node-2.log");

@@ -467,7 +467,8 @@ void head::serve(std::shared_ptr<connection> c) {
         else if (f.type == frame_type::cancel_task && driver) cancel_routed(*c, f.body, out);
         else if (f.type == frame_type::find_actor && driver) find_named(c, f.body, out);
         else if (f.type == frame_type::host_actor && driver) host_actor(c, f.body, out);
-        else if ((f.type == frame_type::fetch_object && !driver) ||
+        // (A driver fetches too: for a call of an actor of its own node naming another member's object.)
+        else if (f.type == frame_type::fetch_object ||
                  ((f.type == frame_type::object_lost || f.type == frame_type::object_freed) && driver))
           route_object_note(*c, f.type, f.body, out);
         // Queued under the lock: a part forwarded here cannot overtake the
@@ -933,10 +934,11 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       it = next;
     }
     running_.erase(c.node_id);
-    for (auto it = directory_.begin(); it != directory_.end();) {  // (calls' objects it was sent by value)
+    for (auto it = directory_.begin(); it != directory_.end();) {  // (calls' objects it was sent by value, or fetched)
       it->second.erase(c.node_id);
       it = it->second.empty() ? directory_.erase(it) : std::next(it);
     }
+    std::erase_if(fetching_, [&](const auto& f) { return f.second == c.node_id; });
     // Its actors end with it, as a driver's do on one node; so do those its
     // program's tasks started on nodes (owned by a node's driver connection,
     // which hears, as of a kill).
@@ -968,7 +970,7 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
         ++it;
         continue;
       }
-      if (auto n = connection_of(it->second, false))
+      if (auto n = member_of(it->second))
         out.push_back({n, frame_type::object_lost, std::make_shared<const std::string>(encode_object_note(
                                                        {it->first, it->second, "its driver left the cluster"}))});
       it = fetching_.erase(it);
@@ -980,7 +982,7 @@ void head::lose_member(connection& c, const std::string& why, std::vector<outgoi
       }
       auto note = std::make_shared<const std::string>(encode_object_note({it->first, {}, "its driver left"}));
       for (const auto& node : it->second)
-        if (auto n = connection_of(node, false)) out.push_back({n, frame_type::object_freed, note});
+        if (auto n = member_of(node)) out.push_back({n, frame_type::object_freed, note});
       it = directory_.erase(it);
     }
     return;
@@ -1474,6 +1476,11 @@ std::shared_ptr<head::connection> head::connection_of(const std::string& id, boo
   return nullptr;
 }
 
+std::shared_ptr<head::connection> head::member_of(const std::string& id) const {
+  auto c = connection_of(id, false);
+  return c ? c : connection_of(id, true);
+}
+
 std::shared_ptr<head::connection> head::node_target(const std::shared_ptr<connection>& driver, const remote_task& t,
                                                     routed_task& r, std::string& why) {
   r.retries_left = 0;  // it is for that node only
@@ -1481,7 +1488,8 @@ std::shared_ptr<head::connection> head::node_target(const std::shared_ptr<connec
     why = "its object '" + t.object + "' is not one of " + driver->node_id + "'s";
     return nullptr;
   }
-  auto node = connection_of(t.node, false);
+  // (An object goes to a driver too: one that fetched it for a call of an actor of its node.)
+  auto node = t.mode == mode_object ? member_of(t.node) : connection_of(t.node, false);
   if (!node) {
     why = "its node " + t.node + " is not in the cluster";
     return nullptr;
@@ -1504,7 +1512,7 @@ void head::route_object_note(const connection& from, frame_type type, std::strin
       fetching_.insert({note.object, note.node});
     } else {
       note.why = "its driver " + owner + " left the cluster";
-      out.push_back({connection_of(from.node_id, false), frame_type::object_lost,
+      out.push_back({member_of(from.node_id), frame_type::object_lost,
                      std::make_shared<const std::string>(encode_object_note(note))});
       if (!out.back().to) out.pop_back();
     }
@@ -1513,14 +1521,14 @@ void head::route_object_note(const connection& from, frame_type type, std::strin
   if (owner != from.node_id) return;  // only its own driver speaks for an object
   if (type == frame_type::object_lost) {
     fetching_.erase({note.object, note.node});
-    if (auto node = connection_of(note.node, false)) out.push_back({node, type, std::make_shared<const std::string>(body)});
+    if (auto node = member_of(note.node)) out.push_back({node, type, std::make_shared<const std::string>(body)});
     return;
   }
   auto it = directory_.find(note.object);  // object_freed
   if (it == directory_.end()) return;
   auto freed = std::make_shared<const std::string>(body);
   for (const auto& node : it->second)
-    if (auto n = connection_of(node, false)) out.push_back({n, type, freed});
+    if (auto n = member_of(node)) out.push_back({n, type, freed});
   directory_.erase(it);
 }
 

@@ -219,6 +219,9 @@ class head {
   void end_actor(const connection& driver, std::string_view body, std::vector<outgoing>& out);
   /// The alive connection of member `id` (a driver's when `driver`), or empty (under mu_).
   std::shared_ptr<connection> connection_of(const std::string& id, bool driver) const;
+  /// The alive connection of member `id`, a node's or a driver's (both fetch
+  /// objects), or empty (under mu_).
+  std::shared_ptr<connection> member_of(const std::string& id) const;
   /// Where a task sent to one node (remote_task::node) goes (under mu_); an
   /// object's value also enters the object directory.
   std::shared_ptr<connection> node_target(const std::shared_ptr<connection>& driver, const remote_task& t,

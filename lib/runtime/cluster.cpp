@@ -394,12 +394,13 @@ void cluster_driver::on_frames(std::vector<bridge::frame>&& frames) {
   // Frames that came together wake the applier once, after the last of them,
   // and reach the hosting thread together (a call and its cancel in one round).
   if (std::exchange(unannounced_, false)) applier_cv_.notify_one();
-  if (host_staged_.empty() && cancels_staged_.empty()) return;
+  if (host_staged_.empty() && cancels_staged_.empty() && news_staged_.empty()) return;
   {
     std::lock_guard lock(mu_);
     if (!stopping_) {
       std::move(host_staged_.begin(), host_staged_.end(), std::back_inserter(host_inbox_));
       host_cancels_.insert(host_cancels_.end(), cancels_staged_.begin(), cancels_staged_.end());
+      if (host_.joinable()) host_news_.insert(host_news_.end(), news_staged_.begin(), news_staged_.end());
       if (!host_inbox_.empty() && !host_.joinable()) host_ = std::thread([this] {
         ::prctl(PR_SET_NAME, "manta-c-host");
         host_loop();
@@ -409,6 +410,7 @@ void cluster_driver::on_frames(std::vector<bridge::frame>&& frames) {
   }
   host_staged_.clear();
   cancels_staged_.clear();
+  news_staged_.clear();
   cv_.notify_all();
   if (host_waits_.load()) rt_.wake_waiters();  // (it waits for results: what came may not wait for them)
 }
@@ -456,6 +458,9 @@ void cluster_driver::take_frame(bridge::frame&& f) {
     in.killed = std::move(e.actor);
     in.killed_why = std::move(e.why);
     to_applier(std::move(in));
+  } else if (f.type == bridge::frame_type::object_lost || f.type == bridge::frame_type::object_freed) {
+    // (About an object the hosting thread fetched: a copy it holds, or one it waits for.)
+    news_staged_.emplace_back(f.type, bridge::decode_object_note(f.body));  // malformed: throws, and the link ends
   } else if (f.type == bridge::frame_type::fetch_object) {
     inbound in;
     in.fetch = bridge::decode_object_note(f.body);  // malformed: throws, and the link ends
@@ -834,7 +839,13 @@ void cluster_driver::host_loop() {
   std::vector<job> running;
   std::vector<detail::ref_node*> watch;
   std::uint64_t taken_arrivals = 0;  ///< host_arrivals_ when the inbox was last taken
-  const object_table none;  // (nothing here is a copy of another member's object)
+  const object_table none;  // (results name no copy: what a call's refs name goes back with its outcome)
+  // Objects of other members a call names by key are fetched through the head
+  // (this driver answers fetches the same way); the call waits parked, and so
+  // do later calls of its actor, so that an actor's calls run in order.
+  object_table copies;  ///< fetched objects, by key, until their owner frees them
+  std::deque<bridge::remote_task> parked;
+  std::set<std::string> requested, parked_actors;
   auto answer = [&](bridge::task_outcome o) {
     o.node = id();
     try {
@@ -854,7 +865,9 @@ void cluster_driver::host_loop() {
     } catch (const std::exception&) {
     }
   };
-  auto start_call = [&](const bridge::remote_task& t) {
+  // Starts call `t`, or returns the keys of the objects it names that are not
+  // here yet (it then starts nothing).
+  auto start_call = [&](const bridge::remote_task& t) -> std::vector<std::string> {
     if (t.mode != static_cast<std::uint8_t>(detail::call_mode::method) || !on_driver_key(t.actor) ||
         t.actor.rfind(id() + "/", 0) != 0)
       throw usage_error("manta: " + id() + " was sent '" + t.name + "', which is not a call of an actor it offered");
@@ -863,21 +876,26 @@ void cluster_driver::host_loop() {
       object_table& o;
       ~cleared() { o.clear(); }
     } on_exit{objects};
+    std::vector<std::string> missing;
     for (const auto& key : t.objects) {
       // Keyed by the sender, named by the id this driver gave them (or kept them under).
-      const std::optional<object_id> oid = id_in_object_key(key);
-      detail::ref_node* n = nullptr;
-      try {
-        if (oid) n = rt_.ref_from_id(*oid);  // counted
-      } catch (const usage_error&) {  // another member's, or freed
+      detail::ref_node* n = copies.find(key);
+      if (n) {
+        detail::acquire(n);
+      } else if (const std::optional<object_id> oid = id_in_object_key(key)) {
+        try {
+          n = rt_.ref_from_id(*oid);  // counted
+        } catch (const usage_error&) {  // another member's, or freed
+        }
       }
-      if (!n)
-        throw usage_error("manta: actor call '" + t.name + "' names object " + key +
-                          ", which this driver does not hold; refs inside a call of an actor on a driver's node "
-                          "must name that driver's objects (pass the value instead)");
-      if (objects.has(key)) detail::release(n);
+      if (!n && key.rfind(id() + "/", 0) == 0)
+        throw usage_error("manta: actor call '" + t.name + "' names object " + key + ", which " + id() +
+                          " no longer holds (it was freed)");
+      if (!n) missing.push_back(key);
+      else if (objects.has(key)) detail::release(n);
       else objects.keep(key, n);
     }
+    if (!missing.empty()) return missing;
     if (!t.origin.empty()) rt_.set_origin(t.origin);  // (what the call starts serves its caller's program)
     detail::ref_node* actor = rt_.hosted_actor(t.actor);  // counted
     if (!actor)
@@ -888,23 +906,99 @@ void cluster_driver::host_loop() {
       ~released() { detail::release(n); }
     } on_return{actor};
     running.push_back(start(rt_, t, actors, objects));
+    return {};
+  };
+  auto fail_call = [&](const bridge::remote_task& t) {
+    answer(failed_outcome(t.id, ipc::error_from_exception(std::current_exception(), t.name, ::getpid())));
+  };
+  // Starts `t` unless a call of its actor waits already; else, or if objects
+  // it names must come first, parks it (asking for those).
+  auto start_or_park = [&](bridge::remote_task&& t) {
+    std::vector<std::string> missing;
+    try {
+      if (!parked_actors.count(t.actor)) missing = start_call(t);
+    } catch (const std::exception&) {
+      fail_call(t);
+      return;
+    }
+    if (missing.empty() && !parked_actors.count(t.actor)) return;
+    for (const auto& key : missing) {
+      if (!requested.insert(key).second) continue;
+      try {
+        link_->send(bridge::frame_type::fetch_object, bridge::encode_object_note({key, {}, {}}));
+      } catch (const std::exception&) {  // the link broke: its end fails what is left
+      }
+    }
+    parked_actors.insert(t.actor);
+    parked.push_back(std::move(t));
+  };
+  // Starts the parked calls whose objects all came, in order (a call whose
+  // objects did not come holds its actor's later calls back).
+  auto unpark = [&] {
+    std::deque<bridge::remote_task> waiting = std::move(parked);
+    parked.clear();
+    parked_actors.clear();
+    for (auto& t : waiting) {
+      const bool ready = std::all_of(t.objects.begin(), t.objects.end(),
+                                     [&](const std::string& k) { return !requested.count(k); });
+      if (ready) start_or_park(std::move(t));
+      else {
+        parked_actors.insert(t.actor);
+        parked.push_back(std::move(t));
+      }
+    }
+  };
+  // Object `key` cannot come: the parked calls that name it fail.
+  auto object_lost = [&](const std::string& key, const std::string& why) {
+    requested.erase(key);
+    std::erase_if(parked, [&](const bridge::remote_task& t) {
+      if (std::find(t.objects.begin(), t.objects.end(), key) == t.objects.end()) return false;
+      answer(failed_outcome(t.id, {ipc::error_kind::node_died, "manta::node_died_error",
+                                   "manta: actor call '" + t.name + "' needs object " + key +
+                                       ", which could not be fetched: " + why,
+                                   t.name, {}, ::getpid(), 0, {}}));
+      return true;
+    });
   };
   bool runtime_gone = false;
   for (;;) {
     std::deque<bridge::remote_task> arrived;
     std::vector<std::uint64_t> cancels;
+    std::vector<object_news> news;
     {
       std::unique_lock lock(mu_);
       if (running.empty() || runtime_gone)
         cv_.wait(lock, [&] {
-          return stopping_ || !lost_.empty() || (!runtime_gone && (!host_inbox_.empty() || !host_cancels_.empty()));
+          return stopping_ || !lost_.empty() ||
+                 (!runtime_gone && (!host_inbox_.empty() || !host_cancels_.empty() || !host_news_.empty()));
         });
       if (stopping_ || !lost_.empty()) break;
       arrived.swap(host_inbox_);
       cancels.swap(host_cancels_);
+      news.swap(host_news_);
       taken_arrivals = host_arrivals_.load();
     }
     process::context_use use;
+    // Objects first (values that came, and news), then the calls that waited for them.
+    const bool about_objects =
+        !news.empty() || std::any_of(arrived.begin(), arrived.end(),
+                                     [](const bridge::remote_task& t) { return t.mode == bridge::mode_object; });
+    for (auto& [type, note] : news) {
+      if (type == bridge::frame_type::object_freed) copies.drop(note.object);
+      else object_lost(note.object, note.why);
+    }
+    std::erase_if(arrived, [&](const bridge::remote_task& t) {
+      if (t.mode != bridge::mode_object) return false;
+      try {
+        keep_object(rt_, copies, t);
+        requested.erase(t.object);
+      } catch (const std::exception& e) {
+        object_lost(t.object, std::string("this driver could not keep it: ") + e.what());
+      }
+      answer({t.id, true, {}, {}, {}});  // (nobody waits for it: the head drops its route)
+      return true;
+    });
+    if (about_objects) unpark();
     for (std::uint64_t call : cancels) {
       // Not started: dropped; started: cancelled in this runtime (dropped from
       // its actor's queue, or left to finish if it runs), answered as any other.
@@ -913,6 +1007,14 @@ void cluster_driver::host_loop() {
         answer(failed_outcome(call, {ipc::error_kind::cancelled, "manta::task_cancelled_error",
                                      "manta: task '" + it->name + "' was cancelled", it->name, {}, ::getpid(), 0, {}}));
         arrived.erase(it);
+        continue;
+      }
+      if (auto it = std::find_if(parked.begin(), parked.end(), [&](const auto& t) { return t.id == call; });
+          it != parked.end()) {
+        answer(failed_outcome(call, {ipc::error_kind::cancelled, "manta::task_cancelled_error",
+                                     "manta: task '" + it->name + "' was cancelled", it->name, {}, ::getpid(), 0, {}}));
+        parked.erase(it);
+        unpark();  // (the calls of its actor behind it may go)
         continue;
       }
       for (auto& j : running)
@@ -925,13 +1027,7 @@ void cluster_driver::host_loop() {
     }
     {
       node_runtime::submission_batch batch(rt_);  // (the round's calls go in under one lock)
-      for (const auto& t : arrived) {
-        try {
-          start_call(t);
-        } catch (const std::exception&) {
-          answer(failed_outcome(t.id, ipc::error_from_exception(std::current_exception(), t.name, ::getpid())));
-        }
-      }
+      for (auto& t : arrived) start_or_park(std::move(t));
     }
     try {
       if (!running.empty() && std::all_of(running.begin(), running.end(), [&](const job& j) { return awaited(rt_, j, none); })) {
@@ -961,6 +1057,7 @@ void cluster_driver::host_loop() {
     for (auto* n : j.handles) detail::release(n);
     for (auto* n : j.pinned) rt_.unpin(n);
   }
+  copies.clear();  // (parked calls are failed by the head as this driver leaves)
 }
 
 std::string serve_as_node(node_runtime& rt, const std::string& address, const std::string& token) {

@@ -122,12 +122,16 @@ class cluster_driver {
   /// they reach host_inbox_ and host_cancels_ together.
   std::vector<bridge::remote_task> host_staged_;
   std::vector<std::uint64_t> cancels_staged_;
+  /// News of objects the hosting thread fetched (object_lost, object_freed).
+  using object_news = std::pair<bridge::frame_type, bridge::object_note>;
+  std::vector<object_news> news_staged_;
   /// Rounds of calls put into host_inbox_, and whether the hosting thread
   /// waits in the runtime for results (calls that come meanwhile wake it).
   std::atomic<std::uint64_t> host_arrivals_{0};
   std::atomic<bool> host_waits_{false};
   std::deque<bridge::remote_task> host_inbox_;  // under mu_
   std::vector<std::uint64_t> host_cancels_;     ///< calls cancelled by their caller (under mu_)
+  std::vector<object_news> host_news_;          // under mu_
   std::thread host_;
 
   node_runtime& rt_;
