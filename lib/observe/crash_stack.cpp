@@ -67,17 +67,26 @@ void install_crash_handler(const std::string& dir) {
   }
 }
 
-std::string describe_frames(const void* const* frames, std::size_t count, std::string_view stop_at) {
+std::string describe_frames(const void* const* frames, std::size_t count, std::string_view stop_at,
+                            bool first_is_exact) {
   std::string out;
   std::size_t shown = 0;
+  auto frame_at = [](std::uintptr_t a) {
+    return boost::stacktrace::frame(reinterpret_cast<boost::stacktrace::frame::native_frame_ptr_t>(a));
+  };
   for (std::size_t i = 0; i < count; ++i) {
-    // A return address may lie past the end of its function (a call that never
-    // returns, as a throw's): the byte before it is still inside.
-    auto at = reinterpret_cast<std::uintptr_t>(frames[i]);
-    boost::stacktrace::frame f(reinterpret_cast<boost::stacktrace::frame::native_frame_ptr_t>(at));
+    // A return address follows its call, and may lie past the end of the
+    // caller (a call that never returns, as a throw's, is often the last
+    // instruction): it is looked up one byte back, inside the call. The
+    // instruction a signal interrupted is looked up where it is (a stack
+    // overflow faults on a function's first byte), and one back if that
+    // names nothing (the kernel's trampoline, skipped below).
+    const auto at = reinterpret_cast<std::uintptr_t>(frames[i]);
+    const bool exact = first_is_exact && shown == 0;
+    boost::stacktrace::frame f = frame_at(exact || at == 0 ? at : at - 1);
     std::string name = f.name();
-    if (name.empty() && at > 0) {
-      f = boost::stacktrace::frame(reinterpret_cast<boost::stacktrace::frame::native_frame_ptr_t>(at - 1));
+    if (name.empty() && exact && at > 0) {
+      f = frame_at(at - 1);
       name = f.name();
     }
     if (!stop_at.empty() && name.find(stop_at) != std::string::npos) break;
@@ -108,7 +117,7 @@ std::string take_crash_stack(const std::string& dir, pid_t pid) {
   std::memcpy(frames.data(), bytes.data(), frames.size() * sizeof(void*));
   while (!frames.empty() && !frames.back()) frames.pop_back();  // the dump ends with a 0
   // Below the worker's loop lie the zygote's fork and the driver's init: not the task's story.
-  return describe_frames(frames.data(), frames.size(), "manta::process::run_worker");
+  return describe_frames(frames.data(), frames.size(), "manta::process::run_worker", /*first_is_exact=*/true);
 }
 
 }  // namespace manta::observe

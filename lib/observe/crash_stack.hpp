@@ -22,7 +22,10 @@ void install_crash_handler(const std::string& dir);
 /// Frames (return addresses of this process, innermost first) as text, one
 /// "  #n function at file:line" per line, ending before the first frame whose
 /// name contains `stop_at` (the runtime's frames below the user's code).
-std::string describe_frames(const void* const* frames, std::size_t count, std::string_view stop_at);
+/// `first_is_exact`: the first frame shown is the address of the instruction a
+/// signal interrupted (a crash's), not a return address.
+std::string describe_frames(const void* const* frames, std::size_t count, std::string_view stop_at,
+                            bool first_is_exact);
 
 /// The demangled name of the function at `address` in this process (from the
 /// symbol table, exported or not), or "" if none is known.

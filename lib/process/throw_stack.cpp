@@ -70,7 +70,8 @@ std::string take_throw_stack() {
   if (!object || last.object != object || last.frames < 2) return {};
   last.object = nullptr;
   // Frame 0 is the hook itself; below run_task_body lies the runtime.
-  return observe::describe_frames(last.at + 1, last.frames - 1, "manta::process::run_task_body");
+  return observe::describe_frames(last.at + 1, last.frames - 1, "manta::process::run_task_body",
+                                  /*first_is_exact=*/false);
 }
 
 }  // namespace manta::process
