@@ -471,8 +471,8 @@ void basic() {
     manta::task(where).resources({{"nowhere", 1}}).remote();
     check(false, "a resource no node has is refused at submission");
   } catch (const manta::usage_error& e) {
-    check(std::string(e.what()).find("nowhere") != std::string::npos,
-          std::string("a resource no node has is refused at submission: ") + e.what());
+    check(std::string(e.what()).find("lacks nowhere: 1 asked, 0 there") != std::string::npos,
+          std::string("a resource no node has is refused at submission, saying what each node lacks: ") + e.what());
   }
   {  // Past part_size (8 MiB) both ways: they travel in parts.
     auto long_arg = manta::put(std::vector<double>(9'000'000, 0.5));  // 72 MB

@@ -211,6 +211,10 @@ TEST_F(cluster, a_node_that_loses_its_processes_leaves_and_its_task_runs_elsewhe
 
 TEST_F(cluster, a_frozen_node_is_lost_within_the_heartbeat_limit_and_holds_up_nobody) {
   EXPECT_EQ(with_two_nodes("frozen"), std::make_pair(0, 3)) << "the thawed node finds itself dropped";
+  EXPECT_NE((log("node-1.log") + log("node-2.log")).find("this node ends: the head dropped it: no heartbeat"),
+            std::string::npos)
+      << "the thawed node says why it ends, not that the head was lost\n"
+      << log("node-1.log") << log("node-2.log");
 }
 
 TEST_F(cluster, actors_that_only_a_node_can_hold_live_there_and_end_with_their_handles) {

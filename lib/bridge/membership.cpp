@@ -241,6 +241,12 @@ struct head::connection {
     std::lock_guard lock(fd_mu);
     if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
   }
+  /// Ends the server thread's reads only: what is queued still goes out,
+  /// within the writer's limit, before the connection closes.
+  void shut_reads() {
+    std::lock_guard lock(fd_mu);
+    if (fd >= 0) ::shutdown(fd, SHUT_RD);
+  }
   void close() {
     std::lock_guard lock(fd_mu);
     if (fd >= 0) close_socket(std::exchange(fd, -1));
@@ -517,7 +523,15 @@ void head::watch_heartbeats() {
       if (!restarting_.empty() || !waiting_tasks_.empty()) place_restarting(out);  // (their waits end here)
       send_all_of(out);  // under the lock, as the serve threads do: in order per peer
     }
-    for (auto& c : silent) c->shut();  // its server thread ends
+    for (auto& c : silent) {
+      // A member that was only frozen (or cut off a while) reads why when it wakes, not "the head was lost".
+      try {
+        c->send(frame_type::stop, "the head dropped it: no heartbeat for " + std::to_string(cfg_.lost_after.count()) +
+                                      " ms (frozen, or cut off?)");
+      } catch (const std::exception&) {  // (closed already, or too much waits for it)
+      }
+      c->shut_reads();  // its server thread ends
+    }
   }
 }
 

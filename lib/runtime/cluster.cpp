@@ -155,14 +155,16 @@ std::string cluster_driver::lacking(const detail::task_options& o) const {
   std::lock_guard lock(mu_);
   if (!lost_.empty()) return "the cluster is gone (" + lost_ + ")";
   if (stopping_) return "this driver is leaving the cluster";
-  std::string first;
+  std::string each;  // what each node lacks (the first few)
+  std::size_t listed = 0;
   for (const auto& n : table_) {
     // (A node that had it, lost, counts: the head keeps such work until one like it joins, or its wait ends.)
     std::string lack = bridge::lacking(n.resources, o.num_cpus, o.num_gpus, o.resources);
     if (lack.empty()) return {};
-    if (first.empty()) first = n.id + " has " + lack;
+    if (listed++ < 4) each += (each.empty() ? "node " : "; node ") + n.id + " lacks " + lack;
   }
-  return table_.empty() ? "the cluster has no node" : "no node of the cluster can run it (" + first + ")";
+  if (listed > 4) each += "; and " + std::to_string(listed - 4) + " more";
+  return table_.empty() ? "the cluster has no node" : "no node of the cluster can run it (" + each + ")";
 }
 
 double cluster_driver::spare_cpus(const detail::task_options& o) const {
