@@ -1502,8 +1502,10 @@ std::shared_ptr<head::connection> head::node_target(const std::shared_ptr<connec
     why = "its object '" + t.object + "' is not one of " + driver->node_id + "'s";
     return nullptr;
   }
-  // (An object goes to a driver too: one that fetched it for a call of an actor of its node.)
-  auto node = t.mode == mode_object ? member_of(t.node) : connection_of(t.node, false);
+  // (An object goes to a driver too, one that fetched it for a call of an
+  // actor of its node: only then, so that no member fills another's arena.)
+  auto node = connection_of(t.node, false);
+  if (!node && t.mode == mode_object && fetching_.count({t.object, t.node})) node = connection_of(t.node, true);
   if (!node) {
     why = "its node " + t.node + " is not in the cluster";
     return nullptr;

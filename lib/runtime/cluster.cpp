@@ -402,11 +402,12 @@ void cluster_driver::on_frames(std::vector<bridge::frame>&& frames) {
     if (!stopping_) {
       std::move(host_staged_.begin(), host_staged_.end(), std::back_inserter(host_inbox_));
       host_cancels_.insert(host_cancels_.end(), cancels_staged_.begin(), cancels_staged_.end());
-      if (host_.joinable()) host_news_.insert(host_news_.end(), news_staged_.begin(), news_staged_.end());
       if (!host_inbox_.empty() && !host_.joinable()) host_ = std::thread([this] {
         ::prctl(PR_SET_NAME, "manta-c-host");
         host_loop();
       });
+      // (News concern objects of calls routed here, which started the thread.)
+      if (host_.joinable()) host_news_.insert(host_news_.end(), news_staged_.begin(), news_staged_.end());
       host_arrivals_.fetch_add(1);
     }
   }
@@ -985,14 +986,12 @@ void cluster_driver::host_loop() {
     const bool about_objects =
         !news.empty() || std::any_of(arrived.begin(), arrived.end(),
                                      [](const bridge::remote_task& t) { return t.mode == bridge::mode_object; });
-    for (auto& [type, note] : news) {
-      if (type == bridge::frame_type::object_freed) copies.drop(note.object);
-      else object_lost(note.object, note.why);
-    }
+    // Values before news: the head sends an object's news after its value, and
+    // both may be taken in one round (news first would keep a freed copy).
     std::erase_if(arrived, [&](const bridge::remote_task& t) {
       if (t.mode != bridge::mode_object) return false;
       try {
-        keep_object(rt_, copies, t);
+        if (requested.count(t.object)) keep_object(rt_, copies, t);  // (one asked for: the head sends no other)
         requested.erase(t.object);
       } catch (const std::exception& e) {
         object_lost(t.object, std::string("this driver could not keep it: ") + e.what());
@@ -1000,6 +999,10 @@ void cluster_driver::host_loop() {
       answer({t.id, true, {}, {}, {}});  // (nobody waits for it: the head drops its route)
       return true;
     });
+    for (auto& [type, note] : news) {
+      if (type == bridge::frame_type::object_freed) copies.drop(note.object);
+      else object_lost(note.object, note.why);
+    }
     if (about_objects) unpark();
     for (std::uint64_t call : cancels) {
       // Not started: dropped; started: cancelled in this runtime (dropped from

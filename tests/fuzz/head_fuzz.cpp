@@ -85,7 +85,10 @@ remote_task a_task(input& in, const std::string& driver, const std::string& node
                          in.byte(), "h"});
   t.origin = in.byte() % 2 ? driver : in.bytes(8);
   t.spilled = in.byte() % 4 == 0;
-  if (in.byte() % 4 == 0) t.node = in.byte() % 2 ? node : in.bytes(8);
+  if (in.byte() % 4 == 0) {
+    const int to = in.byte() % 3;  // (a driver is sent objects it fetched)
+    t.node = to == 0 ? node : to == 1 ? driver : in.bytes(8);
+  }
   if (t.mode == mode_object || in.byte() % 8 == 0) t.object = (in.byte() % 2 ? driver : in.bytes(8)) + "/" + hex_id(in);
   t.args = in.bytes(32);
   return t;
@@ -196,7 +199,7 @@ void send_one(input& in, node_link& driver, node_link& node, bool up[2], receive
       const frame_type notes[] = {frame_type::fetch_object, frame_type::object_lost, frame_type::object_freed};
       type = notes[in.byte() % 3];
       body = encode_object_note({(in.byte() % 2 ? driver_id : in.bytes(8)) + "/" + hex_id(in),
-                                 in.byte() % 2 ? node_id : in.bytes(8), in.bytes(6)});
+                                 in.byte() % 3 == 0 ? node_id : in.byte() % 2 ? driver_id : in.bytes(8), in.bytes(6)});
       break;
     }
   }
