@@ -458,32 +458,41 @@ void head::serve(std::shared_ptr<connection> c) {
         }
         continue;
       }
-      seen = in.pending();
       out.clear();
       std::vector<std::shared_ptr<connection>> forwarded_to;
+      bool beat = false;
       {
         std::lock_guard lock(mu_);
         if (c->done) return;  // the watcher declared it lost
         c->last_heard = io_clock::now();
-        if (f.type == frame_type::run_task && driver) route_task(c, std::move(f.body), out);
-        // (A driver answers calls of the actors of its own node that it offered.)
-        else if (f.type == frame_type::task_result) route_outcome(*c, std::move(f.body), out);
-        else if (f.type == frame_type::part) route_part(c, std::move(f.body), out);
-        else if (f.type == frame_type::actor_end && driver) end_actor(*c, f.body, out);
-        else if (f.type == frame_type::cancel_task && driver) cancel_routed(*c, f.body, out);
-        else if (f.type == frame_type::find_actor && driver) find_named(c, f.body, out);
-        else if (f.type == frame_type::host_actor && driver) host_actor(c, f.body, out);
-        // (A driver fetches too: for a call of an actor of its own node naming another member's object.)
-        else if (f.type == frame_type::fetch_object ||
-                 ((f.type == frame_type::object_lost || f.type == frame_type::object_freed) && driver))
-          route_object_note(*c, f.type, f.body, out);
-        // Queued under the lock: a part forwarded here cannot overtake the
-        // parts another thread sent again to the same node, nor an abort.
-        if (f.type == frame_type::part)
-          for (auto& o : out) forwarded_to.push_back(o.to);
+        // Frames that came together (a driver's tasks come in bursts) are
+        // routed under one hold of the lock, up to a part (this thread then
+        // waits for its receiver) or 64 of them.
+        std::size_t before = 0;
+        try {
+          for (int taken = 1;; ++taken) {
+            beat = beat || f.type == frame_type::heartbeat;
+            before = out.size();
+            route_frame(c, driver, std::move(f), out);  // malformed: the connection ends
+            // Queued under the lock: a part forwarded here cannot overtake the
+            // parts another thread sent again to the same node, nor an abort.
+            if (f.type == frame_type::part) {
+              for (std::size_t i = before; i < out.size(); ++i) forwarded_to.push_back(out[i].to);
+              break;
+            }
+            before = out.size();
+            if (taken == 64 || !in.has_frame()) break;
+            f = std::move(*in.next());  // malformed: the connection ends
+          }
+        } catch (...) {
+          out.resize(before);  // what came before it still goes
+          send_all_of(out);
+          throw;
+        }
         send_all_of(out);
       }
-      if (f.type == frame_type::heartbeat) c->send(frame_type::heartbeat, "");
+      seen = in.pending();
+      if (beat) c->send(frame_type::heartbeat, "");
       // A long frame is read no faster than its receiver takes it: the head
       // holds a few parts per receiver, not the whole frame. Meanwhile the
       // sender counts as alive (its bytes wait in the socket).
@@ -502,6 +511,21 @@ void head::serve(std::shared_ptr<connection> c) {
                  where.c_str(), e.what());
     finish(e.what());
   }
+}
+
+void head::route_frame(const std::shared_ptr<connection>& c, bool driver, frame&& f, std::vector<outgoing>& out) {
+  if (f.type == frame_type::run_task && driver) route_task(c, std::move(f.body), out);
+  // (A driver answers calls of the actors of its own node that it offered.)
+  else if (f.type == frame_type::task_result) route_outcome(*c, std::move(f.body), out);
+  else if (f.type == frame_type::part) route_part(c, std::move(f.body), out);
+  else if (f.type == frame_type::actor_end && driver) end_actor(*c, f.body, out);
+  else if (f.type == frame_type::cancel_task && driver) cancel_routed(*c, f.body, out);
+  else if (f.type == frame_type::find_actor && driver) find_named(c, f.body, out);
+  else if (f.type == frame_type::host_actor && driver) host_actor(c, f.body, out);
+  // (A driver fetches too: for a call of an actor of its own node naming another member's object.)
+  else if (f.type == frame_type::fetch_object ||
+           ((f.type == frame_type::object_lost || f.type == frame_type::object_freed) && driver))
+    route_object_note(*c, f.type, f.body, out);
 }
 
 void head::watch_heartbeats() {

@@ -229,6 +229,8 @@ class head {
   /// A node asks for an object (fetch_object), a driver cannot send one
   /// (object_lost) or freed one (object_freed): passed on (under mu_).
   void route_object_note(const connection& from, frame_type type, std::string_view body, std::vector<outgoing>& out);
+  /// One frame a joined member sent (`driver`: it joined as one), to its handler (under mu_).
+  void route_frame(const std::shared_ptr<connection>& c, bool driver, frame&& f, std::vector<outgoing>& out);
   /// A driver offers an actor of its own node to the cluster (host_actor), under
   /// mu_; one whose name is taken in the cluster is refused (an actor_end with kill).
   void host_actor(const std::shared_ptr<connection>& driver, std::string_view body, std::vector<outgoing>& out);
