@@ -88,37 +88,32 @@ BENCHMARK(task_round_trip)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // ---- many tasks, submitted one by one, then gathered
 
-void tasks_in_bulk(benchmark::State& state) {
+/// Submits state.range(0) tasks made by `submit(i)` one by one, then gets them all.
+template <typename Submit>
+void submitted_then_gathered(benchmark::State& state, Submit submit) {
   ensure_runtime();
   const int count = static_cast<int>(state.range(0));
   std::vector<manta::object_ref<int>> refs;
   refs.reserve(static_cast<std::size_t>(count));
   for (auto _ : state) {
     refs.clear();
-    for (int i = 0; i < count; ++i) refs.push_back(manta::task(identity).remote(i));
+    for (int i = 0; i < count; ++i) refs.push_back(submit(i));
     long s = 0;
     for (auto& r : refs) s += manta::get(r);
     benchmark::DoNotOptimize(s);
   }
   state.SetItemsProcessed(state.iterations() * count);
 }
+
+void tasks_in_bulk(benchmark::State& state) {
+  submitted_then_gathered(state, [](int i) { return manta::task(identity).remote(i); });
+}
 BENCHMARK(tasks_in_bulk)->Arg(100000)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 // The same asking half a CPU: no longer default tasks, each waits for a free
 // worker and lets later ones pass (the dispatch scan of the ready queue).
 void tasks_asking_half_a_cpu_in_bulk(benchmark::State& state) {
-  ensure_runtime();
-  const int count = static_cast<int>(state.range(0));
-  std::vector<manta::object_ref<int>> refs;
-  refs.reserve(static_cast<std::size_t>(count));
-  for (auto _ : state) {
-    refs.clear();
-    for (int i = 0; i < count; ++i) refs.push_back(manta::task(identity).num_cpus(0.5).remote(i));
-    long s = 0;
-    for (auto& r : refs) s += manta::get(r);
-    benchmark::DoNotOptimize(s);
-  }
-  state.SetItemsProcessed(state.iterations() * count);
+  submitted_then_gathered(state, [](int i) { return manta::task(identity).num_cpus(0.5).remote(i); });
 }
 BENCHMARK(tasks_asking_half_a_cpu_in_bulk)->Arg(20000)->UseRealTime()->Unit(benchmark::kMillisecond);
 
