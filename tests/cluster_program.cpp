@@ -309,6 +309,37 @@ int count_made_here(manta::actor_handle<Counter> c, int a, int b) {
   std::vector<manta::object_ref<int>> refs{manta::put(a), manta::put(b)};
   return manta::get(c.task(&Counter::count_refs).remote(refs), std::chrono::seconds(30));
 }
+int fail_after(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  throw std::runtime_error("failed on purpose");
+}
+/// Calls the actor with a ref to an object that will fail, then adds `x`:
+/// the first call fails (its object cannot come), the second runs after it.
+int add_after_lost(manta::actor_handle<Counter> c, int x) {
+  auto doomed = manta::task(fail_after).remote(300);
+  auto first = c.task(&Counter::count_refs).remote(std::vector{doomed});
+  auto second = c.task(&Counter::add).remote(x);
+  try {
+    manta::get(first, std::chrono::seconds(30));
+    return -1;
+  } catch (const manta::error& e) {
+    if (std::string(e.what()).find("failed on purpose") == std::string::npos) return -2;
+  }
+  return manta::get(second, std::chrono::seconds(30));
+}
+/// Calls the actor with a ref to an object not made for a while, cancels
+/// that call, then adds `x`.
+int add_after_cancel(manta::actor_handle<Counter> c, int x) {
+  auto slow = manta::task(nap_where).remote(3000);
+  auto first = c.task(&Counter::count_refs).remote(std::vector{slow});
+  manta::cancel(first);
+  try {
+    manta::get(first, std::chrono::seconds(30));
+    return -1;
+  } catch (const manta::task_cancelled_error&) {
+  }
+  return manta::get(c.task(&Counter::add).remote(x), std::chrono::seconds(30));
+}
 /// Puts first..first+n-1 into `q`, in order.
 int fill(manta::queue<int> q, int first, int n) {
   for (int i = first; i < first + n; ++i) q.put(i, std::chrono::seconds(30));
@@ -394,7 +425,7 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died, slow_nested,
              fan, echo_handles, kill_it, start_named, nap_marked_where, absorb_through, add_where, count_through,
              actors_back, actor_in_a_ref, local_actor, actor_via_rare, mixed_args, made_long,
-             count_made_here, fill, fill_long, count_up, queue_across);
+             count_made_here, fill, fill_long, count_up, queue_across, fail_after, add_after_lost, add_after_cancel);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
@@ -1657,7 +1688,11 @@ void objects_to_hosts() {
   check(streamed == std::vector<int>{0, 1, 4, 9, 16}, "a stream whose task runs on a node reaches the driver");
   check(manta::get(manta::task(queue_across).resources(on_special).remote(), std::chrono::seconds(60)) == 15,
         "a queue made by a task on one node gets what a task on the other put");
-  check(manta::get(tally.task(&Counter::add).remote(0)) == 0, "the actor here still works");
+  check(manta::get(manta::task(add_after_lost).resources(on_special).remote(tally, 5), std::chrono::seconds(60)) == 5,
+        "a call whose object failed before it came fails saying why, and the next call of its actor runs");
+  check(manta::get(manta::task(add_after_cancel).resources(on_rare).remote(tally, 2), std::chrono::seconds(60)) == 7,
+        "a call waiting for its object is cancelled, and the next call of its actor runs");
+  check(manta::get(tally.task(&Counter::add).remote(0)) == 7, "the actor here still works");
 }
 
 /// The pid of `parent`'s child named `comm` (0 if none).
