@@ -152,4 +152,42 @@ TEST(lifecycle, process_exit_without_shutdown_cleans_up) {
   for (int pid : pids) EXPECT_TRUE(gone(pid)) << pid;
 }
 
+// exit() from one thread while others wait in get or keep submitting: the
+// process ends with the status it was given (the waiters are not woken into
+// a "shut down" error, which escaped into std::terminate and made it an abort)
+// and leaves nothing behind.
+TEST(lifecycle, exit_from_another_thread_while_threads_wait_in_get_keeps_its_status) {
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(report[0]);
+    manta::init({.num_workers = 2});
+    auto pids = manta::detail::runtime_process_ids();
+    [[maybe_unused]] auto n = ::write(report[1], pids.data(), pids.size() * sizeof(int));
+    ::close(report[1]);
+    std::atomic<int> done{0};
+    std::thread([&] {
+      for (;;) done += manta::get(manta::task(slow).remote(1)) == 1;
+    }).detach();
+    const pid_t main_tid = static_cast<pid_t>(::gettid());
+    std::thread([&] {
+      // Once main sleeps in get for real and the other thread's tasks run.
+      manta::testing::eventually([&] { return done > 3 && manta::testing::blocked_in_futex(main_tid); });
+      std::exit(5);
+    }).detach();
+    manta::get(manta::task(slow).remote(30000));
+    std::_Exit(6);  // (never: the other thread's exit ends the process first)
+  }
+  ::close(report[1]);
+  std::vector<int> pids(3);
+  ASSERT_EQ(::read(report[0], pids.data(), pids.size() * sizeof(int)), 3 * sizeof(int));
+  ::close(report[0]);
+  int status = 0;
+  ASSERT_TRUE(manta::testing::reap_within(child, 30s, status));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 5)
+      << (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status)) : "exit status " + std::to_string(WEXITSTATUS(status)));
+  for (int pid : pids) EXPECT_TRUE(gone(pid)) << pid;
+}
+
 }  // namespace

@@ -36,7 +36,26 @@ std::atomic<process_context*> current{nullptr};
 std::shared_mutex context_mu;
 thread_local bool exclusive_here = false;
 thread_local int shared_depth = 0;  // entry points nest (get -> release -> ...)
+std::atomic<bool> exit_begun{false};
+std::atomic<pthread_t> exiting_thread{};
 }  // namespace
+
+void mark_exiting() noexcept {
+  exiting_thread.store(::pthread_self());
+  exit_begun.store(true, std::memory_order_release);
+}
+
+bool exiting_elsewhere() noexcept {
+  return exit_begun.load(std::memory_order_acquire) && !::pthread_equal(exiting_thread.load(), ::pthread_self());
+}
+
+void park_until_exit() noexcept {
+  if (shared_depth > 0 && !exclusive_here) {
+    shared_depth = 0;
+    context_mu.unlock_shared();
+  }
+  for (;;) ::pause();
+}
 
 exclusive_context_scope::exclusive_context_scope() {
   context_mu.lock();
@@ -92,6 +111,7 @@ void mark_spawned_by_runtime() noexcept { spawned.store(true, std::memory_order_
 
 process_context& require_context(const char* what) {
   process_context* c = current_context();
+  if (!c && exiting_elsewhere()) park_until_exit();
   if (!c)
     throw usage_error(std::string("manta: ") + what + " needs a running runtime; call manta::init() first" +
                       (forked_away.load() ? " (this process was forked from one running manta: the "

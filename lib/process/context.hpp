@@ -107,6 +107,18 @@ class context_use {
   bool counted_;
 };
 
+/// The process is in exit() (its atexit handler stops the runtime). Another
+/// thread whose call would now fail with "shut down" parks instead
+/// (`park_until_exit`): its exception would escape into std::terminate and turn
+/// the program's exit status into an abort, where threads that block in a
+/// call while the process exits should simply end with it.
+void mark_exiting() noexcept;
+/// True in a thread other than the one that called exit(), once it did.
+bool exiting_elsewhere() noexcept;
+/// Lets go of this thread's hold of the context (`context_use`) and sleeps
+/// until the process ends. Only where `exiting_elsewhere()`.
+[[noreturn]] void park_until_exit() noexcept;
+
 /// While alive, this thread holds the context lock exclusively: no other thread
 /// is inside an entry point, and releases on this thread do not take the lock.
 /// Used to tear a context down.

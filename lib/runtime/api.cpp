@@ -217,7 +217,10 @@ void init(const options& opts) {
       }
     }
     owner = ::getpid();
-    static bool at_exit = (std::atexit([] { shutdown(); }), true);
+    static bool at_exit = (std::atexit([] {
+      process::mark_exiting();
+      shutdown();
+    }), true);
     (void)at_exit;
     serving = role.serve.empty() ? nullptr : node;
   }

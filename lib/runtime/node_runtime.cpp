@@ -107,12 +107,24 @@ node_runtime::call_guard::call_guard(node_runtime& r, bool needs_node) : r_(r) {
   r_.active_calls_.fetch_add(1, std::memory_order_acq_rel);
   if (r_.stopping_.load(std::memory_order_acquire)) {
     r_.active_calls_.fetch_sub(1, std::memory_order_acq_rel);
-    throw usage_error("manta: the runtime is shutting down");
+    stopped(r_, "manta: the runtime is shutting down");
   }
   if (needs_node && r_.lost_.load(std::memory_order_acquire)) {
     r_.active_calls_.fetch_sub(1, std::memory_order_acq_rel);
     throw node_died_error("manta: " + r_.lost_why_ + "; call manta::shutdown() and manta::init() to start again");
   }
+  ++held_here;
+}
+
+thread_local int node_runtime::call_guard::held_here = 0;
+
+void node_runtime::call_guard::stopped(node_runtime& r, const char* why) {
+  if (process::exiting_elsewhere()) {
+    // Shutdown waits for active calls: this thread's leave with it.
+    r.active_calls_.fetch_sub(std::exchange(held_here, 0), std::memory_order_acq_rel);
+    process::park_until_exit();
+  }
+  throw usage_error(why);
 }
 
 node_runtime::node_runtime(const options& opts)
@@ -1069,7 +1081,7 @@ bool node_runtime::wait_until(Done done, std::span<object_entry* const> watch, d
       std::this_thread::yield();
     }
     if (done()) return true;
-    if (stopping_.load(std::memory_order_acquire)) throw usage_error("manta: the runtime was shut down");
+    if (stopping_.load(std::memory_order_acquire)) call_guard::stopped(*this, "manta: the runtime was shut down");
     now = std::chrono::steady_clock::now();
   }
   mark.reset();
@@ -1078,7 +1090,7 @@ bool node_runtime::wait_until(Done done, std::span<object_entry* const> watch, d
     std::uint32_t seq = word.load(std::memory_order_acquire);
     for (auto* e : watch) e->state.fetch_or(state_waiters, std::memory_order_acq_rel);
     if (done()) return true;
-    if (stopping_.load(std::memory_order_acquire)) throw usage_error("manta: the runtime was shut down");
+    if (stopping_.load(std::memory_order_acquire)) call_guard::stopped(*this, "manta: the runtime was shut down");
     if (std::chrono::steady_clock::now() >= until) return false;
     ipc::futex_wait(word, seq, until);
   }

@@ -218,11 +218,19 @@ class node_runtime final : public process::process_context, public scheduler_hos
   class call_guard {
    public:
     explicit call_guard(node_runtime& r, bool needs_node = false);
-    ~call_guard() { r_.active_calls_.fetch_sub(1, std::memory_order_acq_rel); }
+    ~call_guard() {
+      --held_here;
+      r_.active_calls_.fetch_sub(1, std::memory_order_acq_rel);
+    }
     call_guard(const call_guard&) = delete;
     call_guard& operator=(const call_guard&) = delete;
 
+    /// The runtime stops under this thread's call: in a process that is
+    /// exiting, the thread lets go of its calls and parks; otherwise usage_error.
+    [[noreturn]] static void stopped(node_runtime& r, const char* why);
+
    private:
+    static thread_local int held_here;  // this thread's guards (calls nest)
     node_runtime& r_;
   };
 
