@@ -11,6 +11,7 @@
 //     value made on the node beforehand returned by reference (the transfer
 //     alone), and what loopback TCP carries alone;
 //   - one stored object read by 40 tasks on two nodes (it travels once per node);
+//   - 1 MiB and 1 GiB made on one node and read by a task on the other;
 //   - time from `manta start -- ./app` to a node the head lists;
 //   - time to see a node lost: SIGKILLed, and SIGSTOPped.
 // It starts the head and the nodes itself (the nodes are this program, run
@@ -216,7 +217,8 @@ void transfers(int rounds) {
 
 int main(int argc, char** argv) {
   if (std::getenv("MANTA_NODE")) {
-    manta::init({.resources = {{"remote", 1000}}});  // serves; never returns
+    // "node<pid>": a resource of this node alone, to aim tasks at it.
+    manta::init({.resources = {{"remote", 1000}, {"node" + std::to_string(::getpid()), 1000}}});  // serves; never returns
     return 1;
   }
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 5;
@@ -280,6 +282,25 @@ int main(int argc, char** argv) {
     std::printf("one 64 MiB stored object read by %d tasks on 2 nodes: %.0f ms (fetched once per node), "
                 "%.0f ms again (kept there); %d copies would be %.1f GB\n",
                 readers, median(first), median(later), readers, static_cast<double>(bytes) * readers / 1e9);
+  }
+
+  {
+    // Made on one node, read by a task on the other: it goes back to the
+    // driver with the result that names it, and out again to the reader.
+    const std::string at_first = "node" + std::to_string(first), at_second = "node" + std::to_string(second);
+    auto keeper = manta::actor<Keeper>().resources({{at_first, 1}}).remote();
+    for (std::size_t bytes : {std::size_t{1} << 20, std::size_t{1} << 30}) {
+      std::vector<double> took;
+      for (int r = 0; r < (bytes >= (std::size_t{1} << 30) ? std::min(rounds, 3) : rounds); ++r) {
+        manta::get(keeper.task(&Keeper::make).remote(bytes));
+        auto t0 = clock_type::now();
+        auto refs = manta::get(keeper.task(&Keeper::give).remote());
+        manta::get(manta::task(size_of).resources({{at_second, 1}}).remote(refs.at(0)));
+        took.push_back(seconds_since(t0));
+      }
+      std::printf("%4zu MiB made on one node, read by a task on the other (through the driver): %.3f GB/s\n",
+                  bytes >> 20, static_cast<double>(bytes) / 1e9 / median(took));
+    }
   }
 
   auto [third, took3] = start_node(self);
