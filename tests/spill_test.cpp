@@ -46,7 +46,20 @@ int held(std::string gate) {
     if (::access(gate.c_str(), F_OK) == 0) return 1;
   return 0;
 }
-MANTA_REMOTE(sum_span, sum_through_refs, make_block, slow_sum, first, held);
+/// Holds a buffer (an extent being written) while it waits for a task whose
+/// result needs that room: "object_store_full" once that task failed for it.
+std::string buffer_then_wait(std::size_t n) {
+  auto mine = manta::make_buffer<double>(n);
+  try {
+    manta::get(manta::task(make_block).remote(2.0, n), std::chrono::seconds(30));
+    return "fit";
+  } catch (const manta::object_store_full&) {
+    return "object_store_full";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+MANTA_REMOTE(sum_span, sum_through_refs, make_block, slow_sum, first, held, buffer_then_wait);
 
 struct Summer {
   double add(std::span<const double> xs) { return total += slow_sum(xs); }
@@ -124,6 +137,32 @@ TEST_F(spilling, task_results_make_room_by_spilling) {
     EXPECT_EQ(v[99], i);
   }
   EXPECT_GT(manta::detail::spilling().spilled, 0u);
+}
+
+// Two workers writing results that fit only one at a time: the second waits
+// for the first to be sealed (and then spills it) instead of failing, and the
+// driver reading one back waits the same way for the other's. Both used to
+// fail at random, depending on who asked first.
+TEST_F(spilling, results_that_fit_only_one_at_a_time_wait_for_each_other_and_all_arrive) {
+  constexpr std::size_t mib20 = 5 * mib4;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<block_ref> made;
+    for (int i = 0; i < 6; ++i) made.push_back(manta::task(make_block).remote(double(i), mib20));
+    for (int i = 0; i < 6; ++i) {
+      auto v = manta::get(made[i], std::chrono::seconds(60));
+      ASSERT_EQ(v.size(), mib20);
+      EXPECT_EQ(v[77], i);
+    }
+  }
+  EXPECT_GT(manta::detail::spilling().spilled, 0u);
+}
+
+// A worker that holds the room (a buffer being written) while its task waits
+// for the task needing it is not waited for: that would never end.
+TEST_F(spilling, a_result_needing_room_a_waiting_task_holds_fails_at_once) {
+  EXPECT_EQ(manta::get(manta::task(buffer_then_wait).remote(5 * mib4), std::chrono::seconds(60)),
+            "object_store_full");
+  EXPECT_EQ(manta::get(manta::task(make_block).remote(3.0, 5 * mib4), std::chrono::seconds(30))[9], 3.0);
 }
 
 // Calls queued on a busy actor must not pin their arguments: 24 calls of 4 MiB

@@ -14,6 +14,12 @@
 namespace manta::runtime {
 
 void scheduler::handle(worker_link& w, const ipc::frame& f) {
+  handle_message(w, f);
+  // A value sealed, an extent given back, a writer that now waits: room may come.
+  if (!waiting_allocs_.empty()) retry_waiting_allocs();
+}
+
+void scheduler::handle_message(worker_link& w, const ipc::frame& f) {
   auto r = f.reader();
   switch (static_cast<ipc::msg>(f.type)) {
     case ipc::msg::task_done:
@@ -288,14 +294,76 @@ void scheduler::on_alloc(worker_link& w, const ipc::alloc_request& m) {
     off = store_.allocate(m.size);  // spills cold objects if it must
     w.extents[off] = m.size;
   } catch (const object_store_full& e) {
+    // Values other workers are writing cannot be spilled until they are sealed,
+    // which is soon: two large results at once must not fail for that.
+    // And a reader (the driver copying a value out, a task reading its
+    // argument) holds what could be spilled only for a moment, mostly.
+    waiting_alloc a{w.slot, w.generation, m.request, m.size};
+    if (waits_for_room(a, std::chrono::steady_clock::now())) {
+      waiting_allocs_.push_back(a);
+      schedule_alloc_retry();
+      return;
+    }
     MANTA_DEBUG << e.what();  // the worker's task fails with object_store_full
-    off = ipc::no_offset;
   }
   send_to(w, ipc::alloc_reply{m.request, off}, true);
 }
 
+bool scheduler::waits_for_room(waiting_alloc& a, std::chrono::steady_clock::time_point now) {
+  if (others_writing(a.slot)) {
+    a.give_up = std::chrono::steady_clock::time_point::max();
+    return true;
+  }
+  if (!store_.fits_once_unpinned(a.size)) return false;
+  if (a.give_up == std::chrono::steady_clock::time_point::max()) a.give_up = now + alloc_unpin_wait;
+  return now < a.give_up;
+}
+
+void scheduler::schedule_alloc_retry() {
+  const auto before = alloc_retry_at_;
+  alloc_retry_at_ = waiting_allocs_.empty() ? std::chrono::steady_clock::time_point::max()
+                                            : std::chrono::steady_clock::now() + alloc_retry_every;
+  note_next_timeout();
+  if (alloc_retry_at_ < before) host_.wake();  // the I/O thread may sleep with no deadline
+}
+
+bool scheduler::others_writing(int slot) const {
+  for (int i = 0; i < slots_in_use(); ++i) {
+    const worker_link* l = links_[static_cast<std::size_t>(i)].get();
+    // (A worker whose task waits may wait for this one: waiting for it could deadlock.)
+    if (l->slot == slot || l->extents.empty() || l->st.load(std::memory_order_relaxed) != worker_link::state::alive)
+      continue;
+    if (l->blocked_calls == 0 && l->place.blocked == 0) return true;
+  }
+  return false;
+}
+
+void scheduler::retry_waiting_allocs() {
+  auto waiting = std::move(waiting_allocs_);
+  waiting_allocs_.clear();
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& a : waiting) {
+    worker_link& w = link(a.slot);
+    if (w.generation != a.generation || w.st.load(std::memory_order_relaxed) != worker_link::state::alive) continue;
+    std::uint64_t off = ipc::no_offset;
+    try {
+      off = store_.allocate(a.size);  // (what was sealed meanwhile is spilled for it)
+      w.extents[off] = a.size;
+    } catch (const object_store_full& e) {
+      if (waits_for_room(a, now)) {
+        waiting_allocs_.push_back(a);
+        continue;
+      }
+      MANTA_DEBUG << e.what();
+    }
+    send_to(w, ipc::alloc_reply{a.request, off}, true);
+  }
+  schedule_alloc_retry();
+}
+
 void scheduler::on_block(worker_link& w, const ipc::block& m) {
   task_spec* t = graph_.find(m.key);
+  if (t && t->worker == w.slot) ++w.blocked_calls;
   if (!t || t->worker != w.slot || t->actor) return;  // an actor's calls wait in line; it keeps what it holds
   place_.note_blocks(*t);
   place_.blocked(w.place, *t, {m.needed, {m.ids.begin(), m.ids.end()}});
@@ -304,6 +372,7 @@ void scheduler::on_block(worker_link& w, const ipc::block& m) {
 
 void scheduler::on_unblock(worker_link& w, const ipc::unblock& m) {
   task_spec* t = graph_.find(m.key);
+  if (t && t->worker == w.slot && w.blocked_calls > 0) --w.blocked_calls;
   if (!t || t->worker != w.slot || t->actor) return;
   place_.unblocked(w.place, *t);
   dispatch();

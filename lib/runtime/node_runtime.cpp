@@ -1105,9 +1105,42 @@ detail::object_data node_runtime::fetch(detail::ref_node* n, detail::deadline un
       throw timeout_error("manta: get timed out before the object was ready");
   }
   if (e->status() == state_failed) ipc::throw_error(e->error->describe());
-  store_->pin(e);  // brings it back from the spill file if it is there
+  pin_for_reader(e, until);
   if (e->large) user_pins_.fetch_add(1, std::memory_order_relaxed);
   return {e->type_tag, e->data(), e->size};
+}
+
+void node_runtime::pin_for_reader(object_entry* e, detail::deadline until) {
+  // Bringing it back from the spill file needs room, which values workers are
+  // writing now take only until they are sealed (then they can be spilled),
+  // and readers hold mostly for a moment: wait for those, within the get's deadline.
+  const auto readers_until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    const std::uint32_t seen = dir_->seal_word().load(std::memory_order_acquire);
+    try {
+      store_->pin(e);
+      return;
+    } catch (const object_store_full&) {
+      const auto now = std::chrono::steady_clock::now();
+      bool writing = false;
+      {
+        // Once more where no value changes hands: a result sealed just now was
+        // neither being written nor spillable a moment ago.
+        scheduler_lock lock(*this);
+        writing = sched_->values_being_written();
+        if (!writing) {
+          try {
+            store_->pin(e);
+            return;
+          } catch (const object_store_full&) {
+          }
+        }
+      }
+      if (now >= until || !(writing || (now < readers_until && store_->fits_once_unpinned(e->size)))) throw;
+      if (stopping_.load(std::memory_order_acquire)) call_guard::stopped(*this, "manta: the runtime was shut down");
+      ipc::futex_wait(dir_->seal_word(), seen, std::min(until, now + std::chrono::milliseconds(5)));
+    }
+  }
 }
 
 void node_runtime::repin(detail::ref_node* n) noexcept {

@@ -294,6 +294,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::vector<object_entry*> checked_all(std::span<detail::ref_node* const> nodes);
   template <class Done>
   bool wait_until(Done done, std::span<object_entry* const> watch, detail::deadline until);
+  /// Pins `e` for a reader, waiting (until `until`) for room to read it back
+  /// from the spill file while values being written or read hold that room.
+  void pin_for_reader(object_entry* e, detail::deadline until);
   /// Registers queued submissions if the scheduler is free; if it is not, its
   /// holder does when it lets go (flat combining: submitters never wait on mu_).
   void take_submissions();

@@ -76,6 +76,14 @@ std::uint64_t object_store::allocate_locked(std::size_t size) {
   throw object_store_full(msg);
 }
 
+bool object_store::fits_once_unpinned(std::size_t size) {
+  std::lock_guard lock(mu_);
+  std::uint64_t room = arena_.free_bytes();
+  for (object_entry* e : resident_)
+    if (e->pins.load(std::memory_order_relaxed) > 0) room += e->size;
+  return room >= size;
+}
+
 void object_store::stamp(object_entry* e) {
   const std::uint32_t now = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
   e->last_use.store(now, std::memory_order_relaxed);

@@ -34,6 +34,8 @@ class object_store {
   std::uint64_t allocate(std::size_t size);
   /// An extent only if one fits without spilling (optional grants), else no_extent.
   std::uint64_t try_allocate(std::size_t size) { return arena_.allocate(size); }
+  /// Whether `size` bytes would fit once readers let go of what they pin now.
+  bool fits_once_unpinned(std::size_t size);
   void deallocate(std::uint64_t offset) noexcept { arena_.deallocate(offset); }
 
   /// `e` was just sealed in the arena: it may be spilled while nobody pins it.

@@ -116,6 +116,7 @@ void scheduler::malformed(worker_link& w, const std::string& why) {
 void scheduler::close_link(worker_link& w) {
   for (auto& [off, size] : w.extents) store_.deallocate(off);
   w.extents.clear();
+  w.blocked_calls = 0;
   for (const auto& [id, pinned] : w.holds)
     if (object_entry* e = dir_.find(id)) {
       if (pinned) store_.unpin(e);

@@ -299,6 +299,7 @@ class scan_of_ready {
 }  // namespace
 
 void scheduler::dispatch() {
+  if (!waiting_allocs_.empty()) retry_waiting_allocs();  // (a writer may have died)
   // Remote tasks go out as others come back, are cancelled or fail: every one of
   // those ends in a dispatch.
   if (!remote_waiting_.empty()) send_waiting_remote();
@@ -684,7 +685,8 @@ void scheduler::time_out_call(task_spec* t, worker_link& host, const std::string
 }
 
 void scheduler::note_next_timeout() noexcept {
-  const auto next = timeouts_.empty() ? std::chrono::steady_clock::time_point::max() : timeouts_.top().due;
+  const auto next =
+      std::min(timeouts_.empty() ? std::chrono::steady_clock::time_point::max() : timeouts_.top().due, alloc_retry_at_);
   next_timeout_.store(next.time_since_epoch().count(), std::memory_order_release);
 }
 

@@ -54,6 +54,7 @@ struct worker_link {
   /// Objects it holds refs to; true once it was told where one lies (which pins it).
   std::unordered_map<object_id, bool> holds;
   std::unordered_map<std::uint64_t, std::uint64_t> extents;  ///< granted, not yet sealed: size
+  int blocked_calls = 0;  ///< its tasks or calls waiting in get/wait now (block, unblock)
   std::uint32_t seen_seq = 0;  ///< its outbox_seq when its pipe was last drained
   actor_record* actor = nullptr;  ///< set when the process hosts an actor
   bool input_closed = false;      ///< its pipe ended, or it sent garbage: read no more
@@ -262,6 +263,9 @@ class scheduler {
   /// Pids of the processes holding a ref to each object they hold.
   std::unordered_map<object_id, std::vector<pid_t>> holders() const;
   placement& placer() noexcept { return place_; }
+  /// Whether workers are writing values into extents now (sealed soon, and
+  /// then spillable): a reader that finds no room to read one back may wait.
+  bool values_being_written() const { return others_writing(-1); }
 
  private:
   /// Adds `t`'s run, as `w` reported it, to the timeline.
@@ -301,12 +305,22 @@ class scheduler {
   }
 
   // handlers.cpp: messages from workers
+  void handle_message(worker_link& w, const ipc::frame& f);
   void on_task_done(worker_link& w, const ipc::task_done& m);
   void on_submit(worker_link& w, const ipc::submit& m);
   void on_put(worker_link& w, const ipc::put& m);
   void on_block(worker_link& w, const ipc::block& m);
   void on_unblock(worker_link& w, const ipc::unblock& m);
   void on_alloc(worker_link& w, const ipc::alloc_request& m);
+  /// Whether a worker other than `slot` writes a value into an extent and runs
+  /// on (none of its calls waits): once sealed, that value may be spilled.
+  bool others_writing(int slot) const;
+  /// Answers the room requests that waited for others' writes (on_alloc):
+  /// granted now, or refused once no other writer is left to wait for.
+  void retry_waiting_allocs();
+  void schedule_alloc_retry();
+  /// How long a room request waits for readers to unpin, and how often it looks.
+  static constexpr std::chrono::milliseconds alloc_unpin_wait{2000}, alloc_retry_every{5};
   void on_find_actor(worker_link& w, const ipc::find_actor& m);
   /// The refs inside a value `w` sent (read from the arena when it put a long
   /// list there), after checking that the value lies where it may.
@@ -358,6 +372,19 @@ class scheduler {
   task_graph graph_;
   placement place_;
   std::vector<std::unique_ptr<worker_link>> links_;
+  /// Room requests that found none while other workers were still writing values.
+  struct waiting_alloc {
+    int slot;
+    std::uint64_t generation, request, size;
+    /// When it stops waiting for readers to unpin (max while writers remain).
+    std::chrono::steady_clock::time_point give_up = std::chrono::steady_clock::time_point::max();
+  };
+  std::vector<waiting_alloc> waiting_allocs_;
+  /// When the waiting room requests are tried again (readers unpin without a message).
+  std::chrono::steady_clock::time_point alloc_retry_at_ = std::chrono::steady_clock::time_point::max();
+  /// Whether `a`, which found no room, waits on: for values other workers write
+  /// (sealed soon, then spillable), or up to a limit for readers to unpin enough.
+  bool waits_for_room(waiting_alloc& a, std::chrono::steady_clock::time_point now);
   std::atomic<int> slots_in_use_{0};
   std::uint64_t sent_seq_ = 0;
   std::vector<int> dirty_;
