@@ -180,6 +180,8 @@ std::vector<double> slow_doubles(int ms, int n) {
   return std::vector<double>(static_cast<std::size_t>(n), 2.0);
 }
 std::vector<double> failing_doubles() { throw std::runtime_error("no doubles today"); }
+/// Holds refs without reading them.
+int count_unread(std::vector<doubles_ref> refs) { return static_cast<int>(refs.size()); }
 int count_handles(std::vector<manta::actor_handle<Counter>> cs) { return static_cast<int>(cs.size()); }
 /// An actor built from refs: it reads them whenever asked (again after a restart).
 struct RefHolder {
@@ -425,7 +427,8 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              handle_back, hop, add_by_name, pass_on, actor_from_node, throws_node_died, relay_node_died, slow_nested,
              fan, echo_handles, kill_it, start_named, nap_marked_where, absorb_through, add_where, count_through,
              actors_back, actor_in_a_ref, local_actor, actor_via_rare, mixed_args, made_long,
-             count_made_here, fill, fill_long, count_up, queue_across, fail_after, add_after_lost, add_after_cancel);
+             count_made_here, fill, fill_long, count_up, queue_across, fail_after, add_after_lost, add_after_cancel,
+             count_unread);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
@@ -969,9 +972,11 @@ void spilled_fetch() {
   try {
     manta::get(manta::task(sum_on).resources(on_special).remote(x), std::chrono::seconds(30));
     check(false, "a task whose object cannot be read back fails");
-  } catch (const manta::error& e) {
+  } catch (const manta::object_store_full& e) {
     check(std::string(e.what()).find("could not be fetched") != std::string::npos,
-          std::string("a task whose object cannot be read back fails: ") + e.what());
+          std::string("a task whose object cannot be read back fails with object_store_full: ") + e.what());
+  } catch (const manta::error& e) {
+    check(false, std::string("a task whose object cannot be read back fails with object_store_full, not: ") + e.what());
   }
   check(manta::get(manta::task(sum_on).resources(on_special).remote(std::vector<double>(10, 1.0))) == 10.0,
         "the driver and the cluster go on");
@@ -1093,16 +1098,23 @@ void refs_inside() {
   auto stored = manta::put(refs);
   check(manta::get(manta::task(sum_refs).resources(on_special).remote(stored))[0] == out[0],
         "a stored list of refs, passed by ref, is read on a node");
-  // A ref whose producer fails: the task on the node fails, saying why.
+  // A ref whose producer fails: the task on the node reading it fails with
+  // that error, as here (not as if a node had died); one not reading it runs.
+  auto failed = manta::task(failing_doubles).remote();
   try {
-    manta::get(manta::task(sum_refs).resources(on_special).remote(std::vector<doubles_ref>{
-                   manta::task(failing_doubles).remote()}),
+    manta::get(manta::task(sum_refs).resources(on_special).remote(std::vector<doubles_ref>{failed}),
                std::chrono::seconds(30));
     check(false, "a task whose ref's producer failed fails");
+  } catch (const manta::task_error& e) {
+    check(std::string(e.what()).find("no doubles today") != std::string::npos &&
+              e.remote_type() == "std::runtime_error",
+          std::string("a task reading a ref whose producer failed fails with its error, as here: ") + e.what());
   } catch (const manta::error& e) {
-    check(std::string(e.what()).find("no doubles today") != std::string::npos,
-          std::string("a task whose ref's producer failed fails, saying why: ") + e.what());
+    check(false, std::string("a task reading a ref whose producer failed fails with its error, not: ") + e.what());
   }
+  check(manta::get(manta::task(count_unread).resources(on_special).remote(std::vector<doubles_ref>{failed, refs[0]}),
+                   std::chrono::seconds(30)) == 2,
+        "a task on a node holding that ref without reading it runs, as here");
   // Handles of an actor here travel inside a list.
   auto c = manta::actor<Counter>().remote(0);
   check(manta::get(manta::task(count_handles).resources(on_special).remote(std::vector{c, c}),
@@ -1111,8 +1123,9 @@ void refs_inside() {
   check(manta::get(c.task(&Counter::add).remote(2)) == 2, "the actor still works");
   refs.clear();
   stored = {};
+  failed = {};
   check(wait_for([] { return total(objects_on_nodes()) == 0; }, std::chrono::seconds(20)),
-        "the nodes' copies went with the driver's refs");
+        "the nodes' copies (the failed one's too) went with the driver's refs");
 }
 
 /// Results of tasks on a node that hold refs: the objects they name, made on

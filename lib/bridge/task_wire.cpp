@@ -456,14 +456,29 @@ actor_lookup decode_actor_lookup(std::string_view body) {
 }
 
 std::string encode_object_note(const object_note& n) {
-  return json{{"object", n.object}, {"node", n.node}, {"why", n.why}}.dump(-1, ' ', false,
-                                                                           json::error_handler_t::replace);
+  json j{{"object", n.object}, {"node", n.node}, {"why", n.why}};
+  if (n.error) {
+    const remote_error& e = *n.error;
+    j["error"] = {{"kind", e.kind},         {"type", e.remote_type}, {"message", e.message}, {"function", e.function},
+                  {"chain", e.chain},       {"stack", e.stack},      {"pid", e.pid},         {"signal", e.signal}};
+    j["failed"] = n.failed;
+  }
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 object_note decode_object_note(std::string_view body) {
   try {
     const json j = json::parse(body);
-    return {j.at("object").get<std::string>(), j.at("node").get<std::string>(), j.at("why").get<std::string>()};
+    object_note n{j.at("object").get<std::string>(), j.at("node").get<std::string>(), j.at("why").get<std::string>()};
+    if (j.contains("error")) {
+      const json& e = j.at("error");
+      n.error = remote_error{e.at("kind").get<std::uint8_t>(),    e.at("type").get<std::string>(),
+                             e.at("message").get<std::string>(),  e.at("function").get<std::string>(),
+                             e.at("chain").get<std::string>(),    e.at("stack").get<std::string>(),
+                             e.at("pid").get<std::int32_t>(),     e.at("signal").get<std::int32_t>()};
+      n.failed = j.at("failed").get<bool>();
+    }
+    return n;
   } catch (const json::exception& e) {
     throw wire_error(std::string("manta bridge: a malformed object note: ") + e.what());
   }

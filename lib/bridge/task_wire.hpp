@@ -74,6 +74,14 @@ struct remote_task {
 /// remote_task::mode of an object's value on its way to a node that asked for it.
 inline constexpr std::uint8_t mode_object = 5;
 
+/// A failure as it crosses the cluster (ipc::error_info, field for field).
+struct remote_error {
+  std::uint8_t kind = 0;
+  std::string remote_type, message, function, chain, stack;
+  std::int32_t pid = 0;
+  std::int32_t signal = 0;
+};
+
 /// An object's key and the node it concerns: a node asking for an object
 /// (fetch_object), an object that cannot be sent (object_lost, with why), an
 /// object freed by its driver (object_freed).
@@ -81,6 +89,13 @@ struct object_note {
   std::string object;
   std::string node;
   std::string why;
+  /// With object_lost, from its driver: the error of the calls that needed it
+  /// (none: node_died_error). `failed`: the object itself failed (the task that
+  /// made it threw, or was cancelled) and `error` is its own, which the asker
+  /// keeps as the object's, so its tasks run and their get raises it, as on
+  /// the driver's own node.
+  std::optional<remote_error> error;
+  bool failed = false;
 };
 /// A driver asks the head for the actor of that name (find_actor, with its
 /// number for the request); the head answers with its key and class, or why not (actor_found).
@@ -98,14 +113,6 @@ actor_lookup decode_actor_lookup(std::string_view body);
 std::string encode_object_note(const object_note& n);
 /// @throws wire_error if the body is malformed
 object_note decode_object_note(std::string_view body);
-
-/// A failure as it crosses the cluster (ipc::error_info, field for field).
-struct remote_error {
-  std::uint8_t kind = 0;
-  std::string remote_type, message, function, chain, stack;
-  std::int32_t pid = 0;
-  std::int32_t signal = 0;
-};
 
 struct remote_value {
   std::uint64_t tag = 0;  ///< the stored type

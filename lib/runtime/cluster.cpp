@@ -53,10 +53,6 @@ std::string host_name() {
   return host;
 }
 
-bridge::remote_error to_remote(const ipc::error_info& e) {
-  return {static_cast<std::uint8_t>(e.kind), e.remote_type, e.message, e.function, e.chain, e.stack, e.pid, e.signal};
-}
-
 bridge::task_outcome failed_outcome(std::uint64_t id, ipc::error_info e) {
   bridge::task_outcome o;
   o.id = id;
@@ -65,11 +61,29 @@ bridge::task_outcome failed_outcome(std::uint64_t id, ipc::error_info e) {
   return o;
 }
 
+/// Why `what` (a task or call named `name`) fails: object `key` cannot come.
+/// Its driver says with which error (object_store_full: it could not be read
+/// back), else node_died_error (its driver left, or it was freed).
+ipc::error_info unfetched(const std::string& what, const std::string& name, const std::string& key,
+                          const std::string& why, const std::optional<ipc::error_info>& cause) {
+  ipc::error_info e{ipc::error_kind::node_died, "manta::node_died_error", {}, name, {}, ::getpid(), 0, {}};
+  if (cause) {
+    e.kind = cause->kind;
+    e.remote_type = cause->remote_type;
+  }
+  e.message = "manta: " + what + " '" + name + "' needs object " + key + ", which could not be fetched: " + why;
+  return e;
+}
+
 ipc::error_info usage(const std::string& message, const std::string& function) {
   return {ipc::error_kind::usage, "manta::usage_error", message, function, {}, ::getpid(), 0, {}};
 }
 
 }  // namespace
+
+bridge::remote_error to_remote(const ipc::error_info& e) {
+  return {static_cast<std::uint8_t>(e.kind), e.remote_type, e.message, e.function, e.chain, e.stack, e.pid, e.signal};
+}
 
 ipc::error_info from_remote(const bridge::remote_error& e) {
   ipc::error_info out;
@@ -689,6 +703,17 @@ void keep_object(node_runtime& rt, object_table& objects, const bridge::remote_t
   objects.keep(t.object, rt.import_object(*id, v));
 }
 
+/// Keeps object `key` that failed at its driver as failed here (`failed`
+/// note), so what names it runs and its get raises the object's own error, as
+/// on the driver's node. @returns false if it cannot (a malformed key)
+bool keep_failed(node_runtime& rt, object_table& objects, const bridge::object_note& note) {
+  if (!note.failed || !note.error || objects.has(note.object)) return false;
+  const std::optional<object_id> id = id_in_object_key(note.object);
+  if (!id) return false;
+  objects.keep(note.object, rt.import_failed(*id, from_remote(*note.error)));
+  return true;
+}
+
 /// A driver ended one of its actors here: its handle goes (it ends once its
 /// calls are done), or it is killed at once.
 void end_actor(node_runtime& rt, actor_table& actors, const bridge::actor_end& e) {
@@ -793,7 +818,9 @@ bridge::task_outcome finish(node_runtime& rt, job& j, const object_table& fetche
     } else {
       detail::object_data d;
       try {
-        d = rt.fetch(n, detail::clock::now());  // sealed: at once, pinned (a spilled one read back)
+        // Sealed: at once, pinned. A spilled one is read back, which may wait
+        // (a few seconds at most) for values workers here are writing.
+        d = rt.fetch(n, detail::clock::now() + std::chrono::seconds(5));
       } catch (const std::exception&) {  // (the arena too full to read a spilled one back)
         o = failed_outcome(j.id, ipc::error_from_exception(std::current_exception(), "", ::getpid()));
         return;
@@ -952,14 +979,11 @@ void cluster_driver::host_loop() {
     }
   };
   // Object `key` cannot come: the parked calls that name it fail.
-  auto object_lost = [&](const std::string& key, const std::string& why) {
+  auto object_lost = [&](const std::string& key, const std::string& why, const std::optional<ipc::error_info>& cause) {
     requested.erase(key);
     std::erase_if(parked, [&](const bridge::remote_task& t) {
       if (std::find(t.objects.begin(), t.objects.end(), key) == t.objects.end()) return false;
-      answer(failed_outcome(t.id, {ipc::error_kind::node_died, "manta::node_died_error",
-                                   "manta: actor call '" + t.name + "' needs object " + key +
-                                       ", which could not be fetched: " + why,
-                                   t.name, {}, ::getpid(), 0, {}}));
+      answer(failed_outcome(t.id, unfetched("actor call", t.name, key, why, cause)));
       return true;
     });
   };
@@ -994,14 +1018,16 @@ void cluster_driver::host_loop() {
         if (requested.count(t.object)) keep_object(rt_, copies, t);  // (one asked for: the head sends no other)
         requested.erase(t.object);
       } catch (const std::exception& e) {
-        object_lost(t.object, std::string("this driver could not keep it: ") + e.what());
+        object_lost(t.object, std::string("this driver could not keep it: ") + e.what(),
+                    ipc::error_from_exception(std::current_exception(), {}, ::getpid()));
       }
       answer({t.id, true, {}, {}, {}});  // (nobody waits for it: the head drops its route)
       return true;
     });
     for (auto& [type, note] : news) {
       if (type == bridge::frame_type::object_freed) copies.drop(note.object);
-      else object_lost(note.object, note.why);
+      else if (keep_failed(rt_, copies, note)) requested.erase(note.object);
+      else object_lost(note.object, note.why, note.error ? std::optional(from_remote(*note.error)) : std::nullopt);
     }
     if (about_objects) unpark();
     for (std::uint64_t call : cancels) {
@@ -1271,12 +1297,11 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     if (!a.end) answer(failed_outcome(a.task.id, {kind, type, message, a.task.name, {}, ::getpid(), 0, {}}));
   };
   // An object cannot come: the parked tasks that need it fail.
-  auto object_lost = [&](const std::string& key, const std::string& why) {
+  auto object_lost = [&](const std::string& key, const std::string& why, const std::optional<ipc::error_info>& cause) {
     requested.erase(key);
     std::erase_if(parked, [&](const arrival& a) {
       if (a.end || std::find(a.task.objects.begin(), a.task.objects.end(), key) == a.task.objects.end()) return false;
-      fail_parked(a, ipc::error_kind::node_died, "manta::node_died_error",
-                  "manta: task '" + a.task.name + "' needs object " + key + ", which could not be fetched: " + why);
+      if (!a.end) answer(failed_outcome(a.task.id, unfetched("task", a.task.name, key, why, cause)));
       return true;
     });
   };
@@ -1324,13 +1349,17 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         if (a.note && a.note_type == bridge::frame_type::object_freed) {
           objects.drop(a.note->object);
         } else if (a.note) {
-          object_lost(a.note->object, a.note->why);
+          if (keep_failed(rt, objects, *a.note)) requested.erase(a.note->object);
+          else
+            object_lost(a.note->object, a.note->why,
+                        a.note->error ? std::optional(from_remote(*a.note->error)) : std::nullopt);
         } else {
           try {
             keep_object(rt, objects, a.task);
             requested.erase(a.task.object);
           } catch (const std::exception& e) {
-            object_lost(a.task.object, std::string("this node could not keep it: ") + e.what());
+            object_lost(a.task.object, std::string("this node could not keep it: ") + e.what(),
+                        ipc::error_from_exception(std::current_exception(), {}, ::getpid()));
           }
           answer({a.task.id, true, {}, {}, {}});  // (nobody waits for it: the head drops its route)
         }

@@ -253,5 +253,6 @@ std::optional<object_id> id_in_object_key(const std::string& key);
 
 /// A failure from another node as this one stores it.
 ipc::error_info from_remote(const bridge::remote_error& e);
+bridge::remote_error to_remote(const ipc::error_info& e);
 
 }  // namespace manta::runtime

@@ -504,14 +504,18 @@ void node_runtime::object_settled(object_entry* e) {
 }
 
 void node_runtime::send_object_now(const bridge::object_note& ask, object_entry* e) {
-  auto lost = [&](const std::string& why) {
-    cluster_->send_control(bridge::frame_type::object_lost, bridge::encode_object_note({ask.object, ask.node, why}));
+  auto lost = [&](const std::string& why, std::optional<ipc::error_info> error = {}, bool failed = false) {
+    bridge::object_note note{ask.object, ask.node, why};
+    if (error) note.error = to_remote(*error);
+    note.failed = failed;
+    cluster_->send_control(bridge::frame_type::object_lost, bridge::encode_object_note(note));
   };
   if (!cluster_) return detail::release(e);
   if (e->status() == state_failed) {
+    // Its own error goes with it: the asker keeps the object as failed.
     const ipc::error_info why = e->error->describe();
     detail::release(e);
-    return lost("it failed: " + (why.remote_type.empty() ? "" : why.remote_type + ": ") + why.message);
+    return lost("it failed: " + (why.remote_type.empty() ? "" : why.remote_type + ": ") + why.message, why, true);
   }
   if (e->status() != state_ready || e->actor) {
     detail::release(e);
@@ -530,7 +534,8 @@ void node_runtime::send_object_now(const bridge::object_note& ask, object_entry*
     store_->pin(e);  // back from the spill file, if it is there (which may fail: the arena full)
   } catch (const std::exception& ex) {
     detail::release(e);
-    return lost(std::string("it could not be read: ") + ex.what());
+    return lost(std::string("it could not be read: ") + ex.what(),
+                ipc::error_from_exception(std::current_exception(), {}, pid_));
   }
   held.push_back({out.args.size(), {reinterpret_cast<const char*>(e->data()), e->size}, e});  // (its count: the held one)
   cluster_->send(std::move(out), std::move(held));  // (gives them back itself if it cannot go)
