@@ -352,6 +352,25 @@ TEST(bridge_wire, an_actors_key_and_restarts_travel_with_its_constructor_and_its
   EXPECT_THROW(decode_actor_end("not json"), wire_error);
 }
 
+TEST(bridge_wire, an_object_note_carries_the_error_of_an_object_that_failed_or_could_not_be_sent) {
+  const object_note plain = decode_object_note(encode_object_note({"driver-1/ab", "node-2", "freed"}));
+  EXPECT_EQ(plain.object, "driver-1/ab");
+  EXPECT_EQ(plain.why, "freed");
+  EXPECT_FALSE(plain.error);
+  object_note n{"driver-1/cd", "node-3", "it failed"};
+  n.error = remote_error{4, "std::invalid_argument", "boom", "f", "g", "#0 f", 42, 0};
+  n.failed = true;
+  const object_note back = decode_object_note(encode_object_note(n));
+  ASSERT_TRUE(back.error);
+  EXPECT_TRUE(back.failed);
+  EXPECT_EQ(back.error->kind, 4);
+  EXPECT_EQ(back.error->remote_type, "std::invalid_argument");
+  EXPECT_EQ(back.error->message, "boom");
+  EXPECT_EQ(back.error->stack, "#0 f");
+  EXPECT_EQ(back.error->pid, 42);
+  EXPECT_THROW(decode_object_note(R"({"object":"a","node":"b","why":"c","error":{"kind":1}})"), wire_error);
+}
+
 // ---- the token file
 
 class bridge_token : public ::testing::Test {
