@@ -42,6 +42,7 @@ double sum_on(std::span<const double> xs) { return std::accumulate(xs.begin(), x
 std::vector<double> big_from(int n) { return std::vector<double>(static_cast<std::size_t>(n), 0.25); }
 int fail_on(int) { throw std::runtime_error("thrown on a node"); }
 int add_one(int x) { return x + 1; }
+std::vector<char> eight_mib(int i) { return std::vector<char>(std::size_t{8} << 20, static_cast<char>(i)); }
 /// Leaves a mark naming its node, then sleeps: the driver knows whom to kill.
 int slow_where(int ms) {
   std::ofstream(std::string(std::getenv("CLUSTER_DIR")) + "/running-" + std::to_string(where()));
@@ -428,7 +429,7 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              fan, echo_handles, kill_it, start_named, nap_marked_where, absorb_through, add_where, count_through,
              actors_back, actor_in_a_ref, local_actor, actor_via_rare, mixed_args, made_long,
              count_made_here, fill, fill_long, count_up, queue_across, fail_after, add_after_lost, add_after_cancel,
-             count_unread);
+             count_unread, eight_mib);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
@@ -1866,6 +1867,11 @@ void head_lost() {
           std::string("later remote tasks are refused: ") + e.what());
   }
   check(manta::get(manta::task(add_one).remote(1)) == 2, "local tasks still run");
+  auto named_after = manta::actor<Counter>().name("after-the-head").remote(5);
+  check(manta::get(named_after.task(&Counter::add).remote(1), std::chrono::seconds(30)) == 6 &&
+            manta::get(manta::get_actor<Counter>("after-the-head").task(&Counter::add).remote(1),
+                       std::chrono::seconds(30)) == 7,
+        "a named actor made now lives here, and get_actor finds it");
   try {
     manta::get(far.task(&Counter::add).remote(1), std::chrono::seconds(30));
     check(false, "a call on an actor that lived on the cluster fails");
@@ -1945,7 +1951,15 @@ int main(int argc, char** argv) {
   else if (scenario == "from_nodes") from_nodes();
   else if (scenario == "handles_back") handles_back();
   else if (scenario == "actor_refs_lost") actor_refs_lost();
-  else return 2;
+  else if (scenario == "exit_streaming") {
+    // Returns from main (exit() stops the runtime) while long results still
+    // stream in from a node: the threads landing them must not park.
+    std::vector<manta::object_ref<std::vector<char>>> results;
+    for (int i = 0; i < 60; ++i) results.push_back(manta::task(eight_mib).resources({{"special", 0.1}}).remote(i));
+    check(manta::get(results[0], std::chrono::seconds(60)).size() == std::size_t{8} << 20, "the first came");
+    std::fflush(stdout);
+    return failures == 0 ? 0 : 1;
+  } else return 2;
   manta::shutdown();
   return failures == 0 ? 0 : 1;
 }

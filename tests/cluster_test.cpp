@@ -167,6 +167,20 @@ TEST_F(cluster, a_gigabyte_goes_to_a_node_and_comes_back_in_parts) {
   EXPECT_EQ(finish(node, 20s), 0);
 }
 
+// exit() (returning from main) while long results stream in from a node: the
+// driver ends with main's status and leaves nothing behind. The threads that
+// land the results once parked like the program's own threads, and shutdown
+// waited for them for ever.
+TEST_F(cluster, a_driver_returning_from_main_while_results_stream_in_exits) {
+  pid_t node = member(true, {"special"}, "node-1.log");
+  for (int round = 0; round < 3; ++round) {
+    pid_t driver = member(false, {"exit_streaming", "1"}, "driver.log");
+    EXPECT_EQ(finish(driver, 60s), 0) << log("driver.log") << "\n--- node:\n" << log("node-1.log");
+  }
+  sh(std::string(MANTA_CLI_PATH) + " stop --log-dir " + dir_);
+  EXPECT_EQ(finish(node, 20s), 0) << log("node-1.log");
+}
+
 TEST_F(cluster, many_long_tasks_at_once_go_to_two_nodes_and_come_back_whole) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "1.2 GB through ThreadSanitizer's shadow memory: left to the other builds";

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,7 +60,20 @@ std::string buffer_then_wait(std::size_t n) {
     return e.what();
   }
 }
-MANTA_REMOTE(sum_span, sum_through_refs, make_block, slow_sum, first, held, buffer_then_wait);
+/// Holds a buffer, says so (file `<gate>.<i>`), waits until the other one
+/// does too, then asks for a second buffer as large.
+std::string two_buffers(std::string gate, int i, std::size_t n) {
+  auto mine = manta::make_buffer<double>(n);
+  std::ofstream(gate + "." + std::to_string(i)).put('x');
+  if (held(gate + "." + std::to_string(1 - i)) != 1) return "the other never came";
+  try {
+    auto more = manta::make_buffer<double>(n);
+    return "fit";
+  } catch (const manta::object_store_full&) {
+    return "object_store_full";
+  }
+}
+MANTA_REMOTE(sum_span, sum_through_refs, make_block, slow_sum, first, held, buffer_then_wait, two_buffers);
 
 struct Summer {
   double add(std::span<const double> xs) { return total += slow_sum(xs); }
@@ -163,6 +177,18 @@ TEST_F(spilling, a_result_needing_room_a_waiting_task_holds_fails_at_once) {
   EXPECT_EQ(manta::get(manta::task(buffer_then_wait).remote(5 * mib4), std::chrono::seconds(60)),
             "object_store_full");
   EXPECT_EQ(manta::get(manta::task(make_block).remote(3.0, 5 * mib4), std::chrono::seconds(30))[9], 3.0);
+}
+
+// Two workers that each hold room and ask for more that only the other's could
+// make: neither waits for the other for ever (each waits for room only from
+// workers that are not waiting themselves). One fails, and the other then fits.
+TEST_F(spilling, two_workers_each_waiting_for_the_others_room_do_not_wait_for_ever) {
+  const std::string gate = manta::testing::temp_path("spill-two");
+  auto a = manta::task(two_buffers).remote(gate, 0, 3 * mib4);  // 12 MiB each, twice, in 32 MiB
+  auto b = manta::task(two_buffers).remote(gate, 1, 3 * mib4);
+  std::multiset<std::string> got{manta::get(a, std::chrono::seconds(60)), manta::get(b, std::chrono::seconds(60))};
+  EXPECT_EQ(got, (std::multiset<std::string>{"fit", "object_store_full"}));
+  for (int i = 0; i < 2; ++i) ::unlink((gate + "." + std::to_string(i)).c_str());
 }
 
 // Calls queued on a busy actor must not pin their arguments: 24 calls of 4 MiB

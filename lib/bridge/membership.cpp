@@ -5,13 +5,13 @@
 // peer's frames with a deadline. A connection's sends go under its own mutex
 // (its thread answers heartbeats; stop_cluster writes from another).
 #include "bridge/membership.hpp"
+#include "observe/thread_name.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -169,7 +169,7 @@ struct head::connection {
   }
   void start_writer() {
     writer = std::thread([this] {
-      ::prctl(PR_SET_NAME, "manta-head-wr");  // (names what top -H and perf show)
+      observe::name_runtime_thread("manta-head-wr");  // (names what top -H and perf show)
       std::vector<queued_frame> batch;
       std::vector<std::string_view> pieces;
       for (;;) {
@@ -262,12 +262,12 @@ head::head(config c) : cfg_(std::move(c)), port_(cfg_.port) {
     throw std::system_error(errno, std::generic_category(), "manta bridge: eventfd");
   }
   acceptor_ = std::thread([this] {
-    ::prctl(PR_SET_NAME, "manta-accept");
+    observe::name_runtime_thread("manta-accept");
     accept_loop();
   });
   try {
     watcher_ = std::thread([this] {
-      ::prctl(PR_SET_NAME, "manta-watch");
+      observe::name_runtime_thread("manta-watch");
       watch_heartbeats();
     });
   } catch (...) {
@@ -334,7 +334,7 @@ void head::accept_loop() {
     connections_.push_back(c);
     try {
       c->thread = std::thread([this, c] {
-        ::prctl(PR_SET_NAME, "manta-head-rd");
+        observe::name_runtime_thread("manta-head-rd");
         serve(c);
         c->stop_writer();  // what was queued (a reply, a refusal) goes first, within its limit
         c->close();
@@ -1829,7 +1829,7 @@ node_link::node_link(const std::string& address, const std::string& token, node_
     throw join_error(std::string("manta: eventfd: ") + std::strerror(errno));
   }
   thread_ = std::thread([this] {
-    ::prctl(PR_SET_NAME, "manta-link");
+    observe::name_runtime_thread("manta-link");
     run();
   });
 }

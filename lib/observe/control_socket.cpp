@@ -1,12 +1,12 @@
 // observe/control_socket.cpp: the runtime's Unix socket, and the client side the tools use.
 #include "observe/control_socket.hpp"
+#include "observe/thread_name.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -118,7 +118,7 @@ control_server::control_server(std::string path, handler answer)
     throw std::system_error(e, std::generic_category(), "manta: eventfd");
   }
   thread_ = std::thread([this] {
-    ::prctl(PR_SET_NAME, "manta-control");  // (names what top -H and perf show)
+    observe::name_runtime_thread("manta-control");  // (names what top -H and perf show)
     run();
   });
 }
@@ -162,6 +162,7 @@ void control_server::run() {
     client* raw = c.get();
     try {
       c->thread = std::thread([this, fd, raw] {
+        observe::name_runtime_thread("manta-control-c");
         serve(fd);
         ::close(fd);
         raw->done.store(true, std::memory_order_release);

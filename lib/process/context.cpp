@@ -27,6 +27,7 @@
 #include <manta/pool.hpp>
 #include <manta/registry.hpp>
 
+#include "observe/thread_name.hpp"
 #include "process/args_blob.hpp"
 
 namespace manta::process {
@@ -45,8 +46,12 @@ void mark_exiting() noexcept {
   exit_begun.store(true, std::memory_order_release);
 }
 
+void forget_exiting() noexcept { exit_begun.store(false, std::memory_order_release); }
+
 bool exiting_elsewhere() noexcept {
-  return exit_begun.load(std::memory_order_acquire) && !::pthread_equal(exiting_thread.load(), ::pthread_self());
+  // (The runtime's own threads never park: shutdown joins them.)
+  return exit_begun.load(std::memory_order_acquire) && !::pthread_equal(exiting_thread.load(), ::pthread_self()) &&
+         !observe::is_runtime_thread();
 }
 
 void park_until_exit() noexcept {

@@ -113,7 +113,10 @@ class context_use {
 /// the program's exit status into an abort, where threads that block in a
 /// call while the process exits should simply end with it.
 void mark_exiting() noexcept;
-/// True in a thread other than the one that called exit(), once it did.
+/// In a fork child: whatever the parent was doing, this process is not exiting.
+void forget_exiting() noexcept;
+/// True in a thread other than the one that called exit(), once it did, and
+/// not one of the runtime's own.
 bool exiting_elsewhere() noexcept;
 /// Lets go of this thread's hold of the context (`context_use`) and sleeps
 /// until the process ends. Only where `exiting_elsewhere()`.

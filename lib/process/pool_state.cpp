@@ -5,6 +5,7 @@
 #include <manta/pool.hpp>
 
 #include "process/context.hpp"
+#include "observe/thread_name.hpp"
 
 namespace manta {
 
@@ -98,7 +99,10 @@ void pool_state::when_done(std::vector<counted_ref> refs, std::function<void()> 
   }
   loop_->changed.notify_all();
   std::lock_guard lock(mu_);
-  if (!results_.joinable()) results_ = std::thread([loop = loop_] { loop->run(); });
+  if (!results_.joinable()) results_ = std::thread([loop = loop_] {
+    observe::name_runtime_thread("manta-pool");
+    loop->run();
+  });
 }
 
 void pool_state::report_dropped(std::exception_ptr e) noexcept {

@@ -4,8 +4,8 @@
 // stack, so a fixed pool never deadlocks on nested tasks. Once a constructor
 // has run here, the process is an actor host instead (actor_host.cpp).
 #include "process/worker.hpp"
+#include "observe/thread_name.hpp"
 
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <exception>
@@ -23,7 +23,7 @@ void run_worker(const worker_config& config) {
   // Nothing may unwind out of here: below is the zygote's fork, and below that
   // the user's main, which must never run a second time in this process.
   try {
-    ::prctl(PR_SET_NAME, "manta-worker");
+    observe::name_runtime_thread("manta-worker");
     observe::install_crash_handler(config.crash_dir);
     static worker_context* ctx = new worker_context(config);  // lives until _exit
     set_current_context(ctx);

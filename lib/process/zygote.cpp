@@ -3,6 +3,7 @@
 // driver goes away (socket EOF, or its pidfd says it exited) it kills every
 // child, reaps them and exits, so nothing is left behind.
 #include "process/zygote.hpp"
+#include "observe/thread_name.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -152,7 +153,7 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
     driver_pidfd = driver_fd;
     if (::getppid() != driver) ::_exit(0);  // the driver is gone already
     if (cfg.doorbell_read >= 0) ::close(cfg.doorbell_read);
-    ::prctl(PR_SET_NAME, "manta-zygote");
+    observe::name_runtime_thread("manta-zygote");
     // Children are reaped here, whatever the driver set: SIG_IGN would reap them
     // unseen (no exit status, so crashed tasks would never fail).
     ::signal(SIGCHLD, SIG_DFL);

@@ -69,6 +69,7 @@ void after_fork_in_parent() {
 }
 void after_fork_in_child() {
   const bool unlock = std::exchange(locked_for_fork, false);
+  process::forget_exiting();  // (a fork while another thread was in exit(): the child is not exiting)
   if (process::process_context* c = process::current_context(); c && c->is_worker()) {
     // A task forked: its child is not a worker (its messages would corrupt the
     // worker's), so the API there says so instead.

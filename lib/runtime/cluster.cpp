@@ -1,7 +1,7 @@
 // runtime/cluster.cpp: a driver's link to the cluster, and a node's service.
 #include "runtime/cluster.hpp"
+#include "observe/thread_name.hpp"
 
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -111,11 +111,11 @@ cluster_driver::cluster_driver(node_runtime& rt, const std::string& address, con
       lander_for(rt));  // a long outcome's large values go into the arena as they come, where they stay
   try {
     sender_ = std::thread([this] {
-      ::prctl(PR_SET_NAME, "manta-c-send");  // (names what top -H and perf show)
+      observe::name_runtime_thread("manta-c-send");  // (names what top -H and perf show)
       send_loop();
     });
     applier_ = std::thread([this] {
-      ::prctl(PR_SET_NAME, "manta-c-apply");
+      observe::name_runtime_thread("manta-c-apply");
       apply_loop();
     });
   } catch (...) {
@@ -417,7 +417,7 @@ void cluster_driver::on_frames(std::vector<bridge::frame>&& frames) {
       std::move(host_staged_.begin(), host_staged_.end(), std::back_inserter(host_inbox_));
       host_cancels_.insert(host_cancels_.end(), cancels_staged_.begin(), cancels_staged_.end());
       if (!host_inbox_.empty() && !host_.joinable()) host_ = std::thread([this] {
-        ::prctl(PR_SET_NAME, "manta-c-host");
+        observe::name_runtime_thread("manta-c-host");
         host_loop();
       });
       // (News concern objects of calls routed here, which started the thread.)

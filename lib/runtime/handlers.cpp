@@ -298,9 +298,11 @@ void scheduler::on_alloc(worker_link& w, const ipc::alloc_request& m) {
     // which is soon: two large results at once must not fail for that.
     // And a reader (the driver copying a value out, a task reading its
     // argument) holds what could be spilled only for a moment, mostly.
-    waiting_alloc a{w.slot, w.generation, m.request, m.size};
-    if (waits_for_room(a, std::chrono::steady_clock::now())) {
+    const auto now = std::chrono::steady_clock::now();
+    waiting_alloc a{w.slot, w.generation, m.request, m.size, now};
+    if (waits_for_room(a, now)) {
       waiting_allocs_.push_back(a);
+      w.awaiting_room = true;
       schedule_alloc_retry();
       return;
     }
@@ -310,30 +312,34 @@ void scheduler::on_alloc(worker_link& w, const ipc::alloc_request& m) {
 }
 
 bool scheduler::waits_for_room(waiting_alloc& a, std::chrono::steady_clock::time_point now) {
-  if (others_writing(a.slot)) {
-    a.give_up = std::chrono::steady_clock::time_point::max();
-    return true;
-  }
+  if (now - a.since >= alloc_writers_wait) return false;  // (a writer that computes for long holds a grant)
+  if (others_writing(a.slot)) return true;
   if (!store_.fits_once_unpinned(a.size)) return false;
-  if (a.give_up == std::chrono::steady_clock::time_point::max()) a.give_up = now + alloc_unpin_wait;
-  return now < a.give_up;
+  if (a.readers_until == std::chrono::steady_clock::time_point::max()) a.readers_until = now + alloc_unpin_wait;
+  return now < a.readers_until;
 }
 
 void scheduler::schedule_alloc_retry() {
-  const auto before = alloc_retry_at_;
-  alloc_retry_at_ = waiting_allocs_.empty() ? std::chrono::steady_clock::time_point::max()
-                                            : std::chrono::steady_clock::now() + alloc_retry_every;
+  // Readers unpin without a message: those waiting for them look every few
+  // ms; the others when a worker's message comes, or at their bound.
+  auto next = std::chrono::steady_clock::time_point::max();
+  const auto soon = std::chrono::steady_clock::now() + alloc_retry_every;
+  for (const auto& a : waiting_allocs_)
+    next = std::min(next, a.readers_until != std::chrono::steady_clock::time_point::max() ? soon
+                                                                                         : a.since + alloc_writers_wait);
+  const auto before = std::exchange(alloc_retry_at_, next);
   note_next_timeout();
-  if (alloc_retry_at_ < before) host_.wake();  // the I/O thread may sleep with no deadline
+  if (next < before) host_.wake();  // the I/O thread may sleep with no deadline
 }
 
 bool scheduler::others_writing(int slot) const {
   for (int i = 0; i < slots_in_use(); ++i) {
     const worker_link* l = links_[static_cast<std::size_t>(i)].get();
-    // (A worker whose task waits may wait for this one: waiting for it could deadlock.)
     if (l->slot == slot || l->extents.empty() || l->st.load(std::memory_order_relaxed) != worker_link::state::alive)
       continue;
-    if (l->blocked_calls == 0 && l->place.blocked == 0) return true;
+    // Not one waiting for room itself, nor one whose task waits in get: it may
+    // wait for the asker, and waiting for it would never end.
+    if (!l->awaiting_room && l->blocked_keys.empty() && l->place.blocked == 0) return true;
   }
   return false;
 }
@@ -356,6 +362,7 @@ void scheduler::retry_waiting_allocs() {
       }
       MANTA_DEBUG << e.what();
     }
+    w.awaiting_room = false;
     send_to(w, ipc::alloc_reply{a.request, off}, true);
   }
   schedule_alloc_retry();
@@ -363,7 +370,7 @@ void scheduler::retry_waiting_allocs() {
 
 void scheduler::on_block(worker_link& w, const ipc::block& m) {
   task_spec* t = graph_.find(m.key);
-  if (t && t->worker == w.slot) ++w.blocked_calls;
+  if (t && t->worker == w.slot) w.blocked_keys.push_back(m.key);
   if (!t || t->worker != w.slot || t->actor) return;  // an actor's calls wait in line; it keeps what it holds
   place_.note_blocks(*t);
   place_.blocked(w.place, *t, {m.needed, {m.ids.begin(), m.ids.end()}});
@@ -371,8 +378,10 @@ void scheduler::on_block(worker_link& w, const ipc::block& m) {
 }
 
 void scheduler::on_unblock(worker_link& w, const ipc::unblock& m) {
+  // (Even for a task gone meanwhile: cancelled, or a call that timed out.)
+  if (auto k = std::find(w.blocked_keys.begin(), w.blocked_keys.end(), m.key); k != w.blocked_keys.end())
+    w.blocked_keys.erase(k);
   task_spec* t = graph_.find(m.key);
-  if (t && t->worker == w.slot && w.blocked_calls > 0) --w.blocked_calls;
   if (!t || t->worker != w.slot || t->actor) return;
   place_.unblocked(w.place, *t);
   dispatch();

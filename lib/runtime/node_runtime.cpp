@@ -1,11 +1,11 @@
 // runtime/node_runtime.cpp: starting and stopping the node, and the calls user
 // threads make (put, get, wait, submit, ref counting).
 #include "runtime/node_runtime.hpp"
+#include "observe/thread_name.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -224,7 +224,7 @@ node_runtime::node_runtime(const options& opts)
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, zygote_->socket(), &zev);
   zygote_watched_ = true;
   io_thread_ = std::thread([this] {
-    ::prctl(PR_SET_NAME, "manta-io");  // (names what top -H and perf show)
+    observe::name_runtime_thread("manta-io");  // (names what top -H and perf show)
     io_loop();
   });
   if (opts_.memory_threshold > 0)
@@ -452,6 +452,9 @@ void node_runtime::remote_actor_killed(const std::string& key, const std::string
 
 void node_runtime::offer_named(actor_record& a) {
   if (!cluster_ || serving_ || a.remote || !a.remote_key.empty()) return;  // (a node's go through the head)
+  // With the cluster gone nobody answers: it starts here at once, its name this
+  // driver's alone. (Lost after this, cluster_lost starts the ones waiting.)
+  if (!cluster_->lost().empty()) return;
   a.remote_key = cluster_->id() + "/d" + std::to_string(++remote_actors_);
   a.awaiting_name = true;  // (it starts once the head took the name: two drivers may pick one at once)
   cluster_->offer_actor(a.remote_key, a.class_tag, a.name);
@@ -1118,32 +1121,31 @@ detail::object_data node_runtime::fetch(detail::ref_node* n, detail::deadline un
 void node_runtime::pin_for_reader(object_entry* e, detail::deadline until) {
   // Bringing it back from the spill file needs room, which values workers are
   // writing now take only until they are sealed (then they can be spilled),
-  // and readers hold mostly for a moment: wait for those, within the get's deadline.
-  const auto readers_until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  // and readers hold mostly for a moment: wait for those, within the get's
+  // deadline and at most as long as a worker's request for room waits.
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  bool looked = false;  // the last failure came after a look found no writer
   for (;;) {
     const std::uint32_t seen = dir_->seal_word().load(std::memory_order_acquire);
     try {
       store_->pin(e);
       return;
     } catch (const object_store_full&) {
-      const auto now = std::chrono::steady_clock::now();
+      const auto now = clock::now();
+      if (now >= until) throw;
       bool writing = false;
       {
-        // Once more where no value changes hands: a result sealed just now was
-        // neither being written nor spillable a moment ago.
         scheduler_lock lock(*this);
         writing = sched_->values_being_written();
-        if (!writing) {
-          try {
-            store_->pin(e);
-            return;
-          } catch (const object_store_full&) {
-          }
-        }
       }
-      if (now >= until || !(writing || (now < readers_until && store_->fits_once_unpinned(e->size)))) throw;
+      if (!writing && !std::exchange(looked, true)) continue;  // (one sealed just before the look: spillable now)
+      if (writing) looked = false;
+      const bool wait = writing ? now - start < scheduler::alloc_writers_wait
+                                : now - start < scheduler::alloc_unpin_wait && store_->fits_once_unpinned(e->size);
+      if (!wait) throw;
       if (stopping_.load(std::memory_order_acquire)) call_guard::stopped(*this, "manta: the runtime was shut down");
-      ipc::futex_wait(dir_->seal_word(), seen, std::min(until, now + std::chrono::milliseconds(5)));
+      ipc::futex_wait(dir_->seal_word(), seen, std::min(until, now + scheduler::alloc_retry_every));
     }
   }
 }

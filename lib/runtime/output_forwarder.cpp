@@ -1,12 +1,12 @@
 // runtime/output_forwarder.cpp: the forwarding thread.
 #include "runtime/output_forwarder.hpp"
+#include "observe/thread_name.hpp"
 
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/file.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -104,7 +104,7 @@ output_forwarder::output_forwarder(std::string log_dir, log_limits limits)
   epoll_event ev{EPOLLIN, {.fd = wake_[0]}};
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_[0], &ev);
   thread_ = std::thread([this] {
-    ::prctl(PR_SET_NAME, "manta-output");  // (names what top -H and perf show)
+    observe::name_runtime_thread("manta-output");  // (names what top -H and perf show)
     run();
   });
 }

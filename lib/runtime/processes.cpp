@@ -116,7 +116,8 @@ void scheduler::malformed(worker_link& w, const std::string& why) {
 void scheduler::close_link(worker_link& w) {
   for (auto& [off, size] : w.extents) store_.deallocate(off);
   w.extents.clear();
-  w.blocked_calls = 0;
+  w.blocked_keys.clear();
+  w.awaiting_room = false;
   for (const auto& [id, pinned] : w.holds)
     if (object_entry* e = dir_.find(id)) {
       if (pinned) store_.unpin(e);

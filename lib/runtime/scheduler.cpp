@@ -702,6 +702,8 @@ std::map<std::string, double> scheduler::resources(bool available_only) const {
 }
 
 void scheduler::clear() {
+  waiting_allocs_.clear();  // (their workers are gone)
+  alloc_retry_at_ = std::chrono::steady_clock::time_point::max();
   graph_.clear();
   for (auto& [name, e] : actor_names_) detail::release(e);
   actor_names_.clear();

@@ -54,7 +54,8 @@ struct worker_link {
   /// Objects it holds refs to; true once it was told where one lies (which pins it).
   std::unordered_map<object_id, bool> holds;
   std::unordered_map<std::uint64_t, std::uint64_t> extents;  ///< granted, not yet sealed: size
-  int blocked_calls = 0;  ///< its tasks or calls waiting in get/wait now (block, unblock)
+  std::vector<std::uint64_t> blocked_keys;  ///< its tasks or calls waiting in get/wait now (block, unblock)
+  bool awaiting_room = false;               ///< its request for room waits (on_alloc)
   std::uint32_t seen_seq = 0;  ///< its outbox_seq when its pipe was last drained
   actor_record* actor = nullptr;  ///< set when the process hosts an actor
   bool input_closed = false;      ///< its pipe ended, or it sent garbage: read no more
@@ -266,6 +267,9 @@ class scheduler {
   /// Whether workers are writing values into extents now (sealed soon, and
   /// then spillable): a reader that finds no room to read one back may wait.
   bool values_being_written() const { return others_writing(-1); }
+  /// How long a room request waits for readers to unpin, and how often it
+  /// looks; how long it waits for writers at most.
+  static constexpr std::chrono::milliseconds alloc_unpin_wait{2000}, alloc_retry_every{5}, alloc_writers_wait{10'000};
 
  private:
   /// Adds `t`'s run, as `w` reported it, to the timeline.
@@ -319,8 +323,6 @@ class scheduler {
   /// granted now, or refused once no other writer is left to wait for.
   void retry_waiting_allocs();
   void schedule_alloc_retry();
-  /// How long a room request waits for readers to unpin, and how often it looks.
-  static constexpr std::chrono::milliseconds alloc_unpin_wait{2000}, alloc_retry_every{5};
   void on_find_actor(worker_link& w, const ipc::find_actor& m);
   /// The refs inside a value `w` sent (read from the arena when it put a long
   /// list there), after checking that the value lies where it may.
@@ -376,8 +378,9 @@ class scheduler {
   struct waiting_alloc {
     int slot;
     std::uint64_t generation, request, size;
-    /// When it stops waiting for readers to unpin (max while writers remain).
-    std::chrono::steady_clock::time_point give_up = std::chrono::steady_clock::time_point::max();
+    std::chrono::steady_clock::time_point since;  ///< it waits at most alloc_writers_wait from then
+    /// When it stops waiting for readers to unpin (max until it waits for them).
+    std::chrono::steady_clock::time_point readers_until = std::chrono::steady_clock::time_point::max();
   };
   std::vector<waiting_alloc> waiting_allocs_;
   /// When the waiting room requests are tried again (readers unpin without a message).

@@ -1,8 +1,8 @@
 // store/arena.cpp: the arena: a memfd mapping managed by Boost.Interprocess.
 #include "store/arena.hpp"
+#include "observe/thread_name.hpp"
 
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -139,7 +139,7 @@ void arena::start_warming(std::size_t reserve, std::function<bool(std::size_t)> 
   may_warm_ = std::move(may_warm);
   try {
     warmer_ = std::thread([this] {
-      ::prctl(PR_SET_NAME, "manta-warmer");  // (names what top -H and perf show)
+      observe::name_runtime_thread("manta-warmer");  // (names what top -H and perf show)
       warm_loop();
     });
   } catch (const std::system_error& e) {  // out of threads (a pids limit): warming is optional
