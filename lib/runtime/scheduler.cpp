@@ -172,7 +172,9 @@ void scheduler::remote_result(std::uint64_t key, std::span<const ipc::value_loca
     t->local_only = true;
     graph_.enter(t, graph_.ready(), /*at_front=*/true);
   } else if (error) {
-    fail_task(t, *error);
+    ipc::error_info e = *error;
+    if (e.function.empty()) e.function = t->name();  // (failed here, on arrival: the outcome named none)
+    fail_task(t, e);
   } else if (values.size() != t->returns.size()) {
     fail_task(t, ipc::error_info{ipc::error_kind::usage, "manta::usage_error",
                                  "manta: task '" + t->name() + "' came back from the cluster with " +
