@@ -481,6 +481,14 @@ void basic() {
   int node = manta::get(manta::task(where).resources(on_special).remote());
   check(node != 0 && node != ::getpid(), "a task needing 'special' ran on a node (pid " + std::to_string(node) + ")");
   check(manta::get(manta::task(where).remote()) == ::getpid(), "a task this node can run stays here");
+  try {
+    manta::task(where).memory(std::size_t{1} << 50).remote();
+    check(false, "a task asking more memory than any node has is refused at submission");
+  } catch (const manta::usage_error& e) {
+    check(std::string(e.what()).find("no node of the cluster can run it") != std::string::npos &&
+              std::string(e.what()).find("memory: 1125899906842624 asked") != std::string::npos,
+          std::string("a task asking more memory than any node has is refused at submission: ") + e.what());
+  }
 
   auto big = manta::put(std::vector<double>(1 << 20, 0.5));  // 8 MB in the driver's arena
   check(manta::get(manta::task(sum_on).resources(on_special).remote(big)) == 524288.0,

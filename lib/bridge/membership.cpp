@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -570,21 +571,22 @@ void head::send_all_of(std::vector<outgoing>& out) {
 }
 
 std::string lacking(const std::map<std::string, double>& has, double cpus, double gpus,
-                    const std::map<std::string, double>& custom) {
+                    const std::map<std::string, double>& custom, double memory) {
   auto short_of = [&](const std::string& name, double want) -> std::string {
     if (want <= 0) return {};
     auto it = has.find(name);
     double have = it == has.end() ? 0 : it->second;
     if (have >= want) return {};
-    auto number = [](double x) {
+    auto number = [](double x) {  // (bytes of memory whole, not as 1.1e+12)
       char text[32];
-      std::snprintf(text, sizeof text, "%g", x);
+      std::snprintf(text, sizeof text, x == std::floor(x) && std::fabs(x) < 1e18 ? "%.0f" : "%g", x);
       return std::string(text);
     };
     return name + ": " + number(want) + " asked, " + number(have) + " there";
   };
   if (auto w = short_of("CPU", cpus); !w.empty()) return w;
   if (auto w = short_of("GPU", gpus); !w.empty()) return w;
+  if (auto w = short_of("memory", memory); !w.empty()) return w;
   for (const auto& [name, want] : custom)
     if (auto w = short_of(name, want); !w.empty()) return w;
   return {};
@@ -625,7 +627,7 @@ std::shared_ptr<head::connection> head::place(const routed_task& t, std::string&
   std::string first_lack;
   bool any_fits = false;
   for (const auto& n : nodes_) {
-    std::string lack = lacking(n.info.resources, t.num_cpus, t.num_gpus, t.resources);
+    std::string lack = lacking(n.info.resources, t.num_cpus, t.num_gpus, t.resources, static_cast<double>(t.memory));
     if (!lack.empty()) {
       if (first_lack.empty()) first_lack = n.id + " has " + lack;
       continue;
@@ -638,7 +640,7 @@ std::shared_ptr<head::connection> head::place(const routed_task& t, std::string&
     std::map<std::string, double> free = n.info.resources;
     if (auto held = held_.find(n.id); held != held_.end())
       for (const auto& [name, amount] : held->second) free[name] -= amount;
-    const bool has_room = lacking(free, t.num_cpus, t.num_gpus, t.resources).empty();
+    const bool has_room = lacking(free, t.num_cpus, t.num_gpus, t.resources, static_cast<double>(t.memory)).empty();
     auto cpus = n.info.resources.find("CPU");
     double load = (running_[n.id] + hosted_[n.id]) / std::max(1.0, cpus == n.info.resources.end() ? 1.0 : cpus->second);
     std::size_t held = 0;
@@ -699,6 +701,7 @@ head::routed_task head::routed_from(const std::shared_ptr<connection>& driver, c
   r.num_cpus = t.num_cpus;
   r.num_gpus = t.num_gpus;
   r.resources = t.resources;
+  r.memory = t.memory;
   r.objects = t.objects;
   r.spilled = t.spilled;
   r.retries_left = t.max_retries < 0 ? std::numeric_limits<int>::max() : t.max_retries;  // negative: no limit
@@ -1706,6 +1709,7 @@ void head::host(const placed_actor& a) {
   auto& held = held_[a.node];
   held["CPU"] += a.ctor.num_cpus;
   held["GPU"] += a.ctor.num_gpus;
+  held["memory"] += static_cast<double>(a.ctor.memory);
   for (const auto& [name, amount] : a.ctor.resources) held[name] += amount;
 }
 
@@ -1715,6 +1719,7 @@ void head::unhost(placed_actor& a) {
   if (auto it = held_.find(a.node); it != held_.end()) {
     it->second["CPU"] -= a.ctor.num_cpus;
     it->second["GPU"] -= a.ctor.num_gpus;
+    it->second["memory"] -= static_cast<double>(a.ctor.memory);
     for (const auto& [name, amount] : a.ctor.resources) it->second[name] -= amount;
   }
 }

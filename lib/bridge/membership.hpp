@@ -131,6 +131,7 @@ class head {
     std::string name;
     double num_cpus = 1, num_gpus = 0;
     std::map<std::string, double> resources;
+    std::uint64_t memory = 0;  ///< bytes of the node's "memory" resource
     int retries_left = 0;  ///< on the loss of its node
     std::vector<std::string> objects;  ///< the stored objects it names (remote_task::objects)
     /// A task lost with its node while no alive node could take it: it waits
@@ -388,9 +389,10 @@ class node_link {
 std::string ask_head(const std::string& address, const std::string& token, const std::string& request);
 
 /// Why a node with the totals `has` cannot run a task asking for this much (the
-/// first resource short, and by how much), or empty if it can.
+/// first resource short, and by how much), or empty if it can. `memory`: bytes
+/// of the node's "memory" resource (task options' memory).
 std::string lacking(const std::map<std::string, double>& has, double cpus, double gpus,
-                    const std::map<std::string, double>& custom);
+                    const std::map<std::string, double>& custom, double memory = 0);
 
 /// Splits "HOST:PORT" ("[v6]:PORT" too). @throws join_error if malformed.
 std::pair<std::string, unsigned short> split_address(const std::string& address);

@@ -353,7 +353,8 @@ void scheduler::remote_actor_killed(const std::string& key, const std::string& w
       a->killed = true;
       actor_dead(*a, actor_error(*a, !why.empty() ? "could not start: " + why
                                                   : "was killed (manta::kill) elsewhere in the cluster: by another "
-                                                    "driver, or a task on another node holding its handle"));
+                                                    "driver, or a task or actor on a node holding its handle "
+                                                    "(the actor itself, maybe)"));
       continue;
     }
     if (!a->remote || a->borrowed || a->remote_key != key || a->st == actor_record::state::dead) continue;

@@ -173,7 +173,7 @@ std::string cluster_driver::lacking(const detail::task_options& o) const {
   std::size_t listed = 0;
   for (const auto& n : table_) {
     // (A node that had it, lost, counts: the head keeps such work until one like it joins, or its wait ends.)
-    std::string lack = bridge::lacking(n.resources, o.num_cpus, o.num_gpus, o.resources);
+    std::string lack = bridge::lacking(n.resources, o.num_cpus, o.num_gpus, o.resources, static_cast<double>(o.memory));
     if (lack.empty()) return {};
     if (listed++ < 4) each += (each.empty() ? "node " : "; node ") + n.id + " lacks " + lack;
   }
@@ -186,7 +186,7 @@ double cluster_driver::spare_cpus(const detail::task_options& o) const {
   if (!lost_.empty() || stopping_) return 0;
   double cpus = 0;
   for (const auto& n : table_) {
-    if (!n.alive || !bridge::lacking(n.resources, o.num_cpus, o.num_gpus, o.resources).empty()) continue;
+    if (!n.alive || !bridge::lacking(n.resources, o.num_cpus, o.num_gpus, o.resources, static_cast<double>(o.memory)).empty()) continue;
     auto it = n.resources.find("CPU");
     cpus += it == n.resources.end() ? 0 : std::floor(it->second / std::max(o.num_cpus, 1e-9));
   }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <algorithm>
 #include <cstdio>
 
@@ -54,9 +55,12 @@ resource_ledger::resource_ledger(double cpus, int gpus, std::map<std::string, do
 
 std::optional<std::string> resource_ledger::infeasible(const demand& d) const {
   auto say = [](const std::string& what, double want, double have) {
-    char b[160];
-    std::snprintf(b, sizeof b, "asks for %g %s but this node has %g", want, what.c_str(), have);
-    return std::string(b);
+    auto number = [](double x) {  // (bytes of memory whole, not as 1.1e+12)
+      char b[32];
+      std::snprintf(b, sizeof b, x == std::floor(x) && std::fabs(x) < 1e18 ? "%.0f" : "%g", x);
+      return std::string(b);
+    };
+    return "asks for " + number(want) + " " + what + " but this node has " + number(have);
   };
   if (d.cpu > cpu_total_ + epsilon) return say("CPU", d.cpu, cpu_total_);
   if (d.gpu > gpu_total_) return say("GPU", d.gpu, gpu_total_);
