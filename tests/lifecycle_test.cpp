@@ -9,6 +9,7 @@
 #include <chrono>
 #include <atomic>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -130,9 +131,12 @@ TEST(lifecycle, init_inside_a_task_is_refused) {
   manta::shutdown();
 }
 
-TEST(lifecycle, process_exit_without_shutdown_cleans_up) {
+/// Forks a child that starts a runtime of 2 workers and then runs `then`,
+/// which ends the process. Returns the child's wait status (-1 if it did not
+/// end within 30 s) once every process of its runtime is gone.
+int status_of_child_runtime(const std::function<void()>& then) {
   int report[2];
-  ASSERT_EQ(::pipe(report), 0);
+  if (::pipe(report) != 0) return -1;
   pid_t child = ::fork();
   if (child == 0) {
     ::close(report[0]);
@@ -140,16 +144,27 @@ TEST(lifecycle, process_exit_without_shutdown_cleans_up) {
     auto pids = manta::detail::runtime_process_ids();
     [[maybe_unused]] auto n = ::write(report[1], pids.data(), pids.size() * sizeof(int));
     ::close(report[1]);
-    std::exit(0);  // atexit runs shutdown
+    then();
+    std::_Exit(100);  // (never: `then` ends the process)
   }
   ::close(report[1]);
   std::vector<int> pids(3);
-  ASSERT_EQ(::read(report[0], pids.data(), pids.size() * sizeof(int)), 3 * sizeof(int));
+  const bool told = ::read(report[0], pids.data(), pids.size() * sizeof(int)) == 3 * sizeof(int);
   ::close(report[0]);
   int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  if (!manta::testing::reap_within(child, 30s, status)) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    status = -1;
+  }
+  EXPECT_TRUE(told);
   for (int pid : pids) EXPECT_TRUE(gone(pid)) << pid;
+  return status;
+}
+
+TEST(lifecycle, process_exit_without_shutdown_cleans_up) {
+  const int status = status_of_child_runtime([] { std::exit(0); });  // atexit runs shutdown
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 // exit() from one thread while others wait in get or keep submitting: the
@@ -157,15 +172,7 @@ TEST(lifecycle, process_exit_without_shutdown_cleans_up) {
 // a "shut down" error, which escaped into std::terminate and made it an abort)
 // and leaves nothing behind.
 TEST(lifecycle, exit_from_another_thread_while_threads_wait_in_get_keeps_its_status) {
-  int report[2];
-  ASSERT_EQ(::pipe(report), 0);
-  pid_t child = ::fork();
-  if (child == 0) {
-    ::close(report[0]);
-    manta::init({.num_workers = 2});
-    auto pids = manta::detail::runtime_process_ids();
-    [[maybe_unused]] auto n = ::write(report[1], pids.data(), pids.size() * sizeof(int));
-    ::close(report[1]);
+  const int status = status_of_child_runtime([] {
     std::atomic<int> done{0};
     std::thread([&] {
       for (;;) done += manta::get(manta::task(slow).remote(1)) == 1;
@@ -177,17 +184,9 @@ TEST(lifecycle, exit_from_another_thread_while_threads_wait_in_get_keeps_its_sta
       std::exit(5);
     }).detach();
     manta::get(manta::task(slow).remote(30000));
-    std::_Exit(6);  // (never: the other thread's exit ends the process first)
-  }
-  ::close(report[1]);
-  std::vector<int> pids(3);
-  ASSERT_EQ(::read(report[0], pids.data(), pids.size() * sizeof(int)), 3 * sizeof(int));
-  ::close(report[0]);
-  int status = 0;
-  ASSERT_TRUE(manta::testing::reap_within(child, 30s, status));
+  });
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 5)
-      << (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status)) : "exit status " + std::to_string(WEXITSTATUS(status)));
-  for (int pid : pids) EXPECT_TRUE(gone(pid)) << pid;
+      << (WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status)) : "status " + std::to_string(status));
 }
 
 }  // namespace
