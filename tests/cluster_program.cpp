@@ -102,7 +102,14 @@ struct Counter {
     for (const chunk* x : {&a, &b, &c, &d, &e, &f, &g, &h, &i, &j}) value += !x->empty();
     return value;
   }
+  /// Keeps refs (another driver's, maybe), and hands them out.
+  int keep(std::vector<manta::object_ref<int>> refs) {
+    kept = std::move(refs);
+    return static_cast<int>(kept.size());
+  }
+  std::vector<manta::object_ref<int>> kept_refs() const { return kept; }
   int value;
+  std::vector<manta::object_ref<int>> kept;
 };
 /// A call of add_chunks with ten values of 900 KB.
 manta::object_ref<int> add_ten_chunks(manta::actor_handle<Counter>& c) {
@@ -435,7 +442,8 @@ MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
 MANTA_ACTOR(RefHolder, &RefHolder::total, &RefHolder::host, &RefHolder::make, &RefHolder::read);
 MANTA_ACTOR(Counter, &Counter::add, &Counter::host, &Counter::sum, &Counter::slow_host, &Counter::nap,
-            &Counter::absorb, &Counter::count_refs, &Counter::process, &Counter::add_chunks);
+            &Counter::absorb, &Counter::count_refs, &Counter::process, &Counter::add_chunks, &Counter::keep,
+            &Counter::kept_refs);
 
 namespace {
 
@@ -1068,6 +1076,9 @@ void named_owner() {
   check(manta::get(home.task(&Counter::host).remote()) == ::getpid(), "a named actor lives on the driver's node");
   check(manta::get(manta::task(add_by_name).resources(half).remote(std::string("home"), 1), std::chrono::seconds(30)) == 1,
         "a task on a node finds it by its name and calls it");
+  const std::vector<manta::object_ref<int>> mine{manta::put(41)};
+  check(manta::get(shared.task(&Counter::keep).remote(mine), std::chrono::seconds(30)) == 1,
+        "the shared actor keeps a ref of this driver's");
   mark("owner-ready");
   check(marked("user-done", std::chrono::seconds(60)), "the other driver used them");
   check(manta::get(shared.task(&Counter::add).remote(0)) == 11,
@@ -1378,6 +1389,14 @@ void named_user() {
     auto found = manta::get_actor<Counter>("shared");
     check(manta::get(found.task(&Counter::add).remote(5)) == 6 && manta::get(found.task(&Counter::add).remote(5)) == 11,
           "get_actor finds another driver's actor on the cluster, and its calls run there");
+    try {
+      manta::get(found.task(&Counter::kept_refs).remote(), std::chrono::seconds(30));
+      check(false, "a result holding another driver's ref is refused");
+    } catch (const manta::error& e) {
+      check(std::string(e.what()).find("task 'Counter::kept_refs'") != std::string::npos &&
+                std::string(e.what()).find("which this driver does not hold") != std::string::npos,
+            std::string("a result holding another driver's ref is refused, naming the call: ") + e.what());
+    }
   }
   try {
     manta::get_actor<Counter>("nobody");
