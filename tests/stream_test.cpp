@@ -109,6 +109,25 @@ TEST_F(stream_test, a_failure_comes_after_the_values_emitted_before_it) {
   EXPECT_EQ(manta::get(manta::task(sum_of_stream).remote(4), 30s), 6);  // the runtime carries on
 }
 
+// The same through the iterator, in a loop that catches: the values, the
+// failure once, then the end (the last value came twice, and the loop went on).
+TEST_F(stream_test, an_iterating_loop_that_catches_the_failure_reaches_the_end) {
+  start(2);
+  auto stream = manta::task(two_then_throw).remote();
+  std::vector<std::string> got;
+  int failures = 0;
+  for (auto it = stream.begin(); it != stream.end();) {
+    try {
+      got.push_back(manta::get(*it, 30s));
+      ++it;
+    } catch (const manta::task_error&) {
+      ++failures;
+    }
+  }
+  EXPECT_EQ(got, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(failures, 1);
+}
+
 TEST_F(stream_test, a_retry_after_sigkill_repeats_no_value) {
   start(2);
   const std::string marker = manta::testing::temp_path("stream-marker");
