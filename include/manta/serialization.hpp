@@ -185,7 +185,7 @@ T decode(std::span<const std::byte> bytes) {
     T v{};
     if constexpr (is_vector_v<T> || std::is_same_v<T, std::string>) {
       v.resize(bytes.size() / sizeof(E));
-    } else if (bytes.size() != sizeof(T)) {
+    } else if (bytes.size() != v.size() * sizeof(E)) {  // (not sizeof(T): an empty array takes a byte)
       throw usage_error("manta: stored std::array has the wrong length");
     }
     if (!bytes.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());
