@@ -153,6 +153,14 @@ TEST(messages, small_messages_round_trip) {
     auto back = alloc_reply::read(r);
     EXPECT_EQ(back.request, 3u);
     EXPECT_EQ(back.offset, 4096u);
+    EXPECT_TRUE(back.error.empty());
+  }
+  {
+    framed f(alloc_reply{4, no_offset, "spilling failed: disk full"});
+    auto r = f.reader();
+    auto back = alloc_reply::read(r);
+    EXPECT_EQ(back.offset, no_offset);
+    EXPECT_EQ(back.error, "spilling failed: disk full");
   }
   {
     framed f(actor_reply{9, b, "no such actor"});

@@ -306,7 +306,15 @@ TEST_F(spilling, a_full_disk_fails_the_put_that_needed_room_and_nothing_else) {
       error = e.what();
     }
   }
+  // A task's result that needs room then fails saying why too.
+  std::string result_error;
+  try {
+    manta::get(manta::task(make_block).remote(1.0, mib4), std::chrono::seconds(30));
+  } catch (const manta::object_store_full& e) {
+    result_error = e.what();
+  }
   ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &old), 0);
+  EXPECT_NE(result_error.find("spilling failed"), std::string::npos) << result_error;
   ::signal(SIGXFSZ, SIG_DFL);
   ASSERT_FALSE(error.empty()) << "no put failed with the disk full";
   EXPECT_NE(error.find("spilling failed"), std::string::npos) << error;

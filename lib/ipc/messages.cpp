@@ -192,12 +192,14 @@ object_ready object_ready::read(frame_reader& r) {
 void alloc_reply::write(frame_writer& w) const {
   w.put(request);
   w.put(offset);
+  w.string(error);
 }
 
 alloc_reply alloc_reply::read(frame_reader& r) {
   alloc_reply m;
   m.request = r.get<std::uint64_t>();
   m.offset = r.get<std::uint64_t>();
+  m.error = r.string_view();
   return m;
 }
 

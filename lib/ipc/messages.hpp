@@ -104,6 +104,7 @@ struct alloc_reply {
   static constexpr msg type = msg::alloc_reply;
   std::uint64_t request = 0;
   std::uint64_t offset = no_offset;
+  std::string_view error;  ///< with no_offset: why there is no room (the store's own words)
   void write(frame_writer& w) const;
   static alloc_reply read(frame_reader& r);
 };

@@ -159,10 +159,10 @@ std::uint64_t worker_context::allocate(std::size_t size) {
   send(ipc::alloc_request{request, size});
   flush();
   await(lock, detail::no_deadline, [&] { return alloc_replies_.count(request) > 0; }, arrivals::queue);
-  std::uint64_t offset = alloc_replies_.extract(request).mapped();
+  auto [offset, why] = alloc_replies_.extract(request).mapped();
   if (offset == ipc::no_offset)
     throw object_store_full("manta: no room in the object store for a value of " + std::to_string(size) +
-                            " bytes");
+                            " bytes" + (why.empty() ? "" : ": " + why.substr(why.rfind("manta: ", 0) == 0 ? 7 : 0)));
   return offset;
 }
 
@@ -333,7 +333,7 @@ void worker_context::handle(const ipc::frame& f) {
     }
     case ipc::msg::alloc_reply: {
       auto m = ipc::alloc_reply::read(r);
-      alloc_replies_[m.request] = m.offset;
+      alloc_replies_[m.request] = {m.offset, std::string(m.error)};
       break;
     }
     case ipc::msg::actor_reply: {

@@ -183,7 +183,7 @@ class worker_context final : public process_context {
   std::uint64_t next_seq_ = 0;
   std::uint64_t next_request_ = 0;
   std::unordered_map<object_id, local_node*> table_;
-  std::unordered_map<std::uint64_t, std::uint64_t> alloc_replies_;
+  std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::string>> alloc_replies_;  ///< offset, why none
   std::unordered_map<std::uint64_t, std::pair<object_id, std::string>> actor_replies_;
   std::unordered_map<std::uint64_t, std::map<std::string, double>> resources_replies_;
   std::deque<std::string> runnable_;  ///< run_task bodies not started yet, in arrival order

@@ -306,7 +306,9 @@ void scheduler::on_alloc(worker_link& w, const ipc::alloc_request& m) {
       schedule_alloc_retry();
       return;
     }
-    MANTA_DEBUG << e.what();  // the worker's task fails with object_store_full
+    MANTA_DEBUG << e.what();  // the worker's task fails with object_store_full, saying why
+    send_to(w, ipc::alloc_reply{m.request, off, e.what()}, true);
+    return;
   }
   send_to(w, ipc::alloc_reply{m.request, off}, true);
 }
@@ -352,6 +354,7 @@ void scheduler::retry_waiting_allocs() {
     worker_link& w = link(a.slot);
     if (w.generation != a.generation || w.st.load(std::memory_order_relaxed) != worker_link::state::alive) continue;
     std::uint64_t off = ipc::no_offset;
+    std::string why;
     try {
       off = store_.allocate(a.size);  // (what was sealed meanwhile is spilled for it)
       w.extents[off] = a.size;
@@ -361,9 +364,10 @@ void scheduler::retry_waiting_allocs() {
         continue;
       }
       MANTA_DEBUG << e.what();
+      why = e.what();
     }
     w.awaiting_room = false;
-    send_to(w, ipc::alloc_reply{a.request, off}, true);
+    send_to(w, ipc::alloc_reply{a.request, off, why}, true);
   }
   schedule_alloc_retry();
 }
