@@ -50,7 +50,17 @@ int fork_inside_a_task(int) {
   ::waitpid(child, &status, 0);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
 }
-MANTA_REMOTE(slow, init_inside, fork_inside_a_task);
+/// Forks a child that leaves the session and sleeps for ever (a helper a task
+/// started and forgot); returns its pid.
+int fork_a_sleeper(int) {
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::setsid();
+    for (;;) ::pause();
+  }
+  return child;
+}
+MANTA_REMOTE(slow, init_inside, fork_inside_a_task, fork_a_sleeper);
 
 /// Mappings of the arena (a memfd named manta-arena) in this process.
 std::size_t arena_mappings() {
@@ -123,6 +133,34 @@ TEST(lifecycle, a_task_may_fork_and_its_child_is_no_worker) {
   EXPECT_EQ(manta::get(manta::task(slow).remote(1), 30s), 1);  // the worker goes on
   EXPECT_EQ(manta::detail::counters().processes_lost, 0u);
   manta::shutdown();
+}
+
+// Processes tasks forked end with the runtime, even in a session of their
+// own, and even when their worker died first: they outlived the driver.
+TEST(lifecycle, processes_a_task_forked_end_with_the_runtime) {
+  manta::init({.num_workers = 2});
+  const int kept = manta::get(manta::task(fork_a_sleeper).remote(0), 30s);
+  const int orphaned = manta::get(manta::task(fork_a_sleeper).remote(1), 30s);
+  ASSERT_GT(kept, 0);
+  ASSERT_GT(orphaned, 0);
+  // The worker that forked the second one dies: its child is orphaned now.
+  auto parent_of = [](int pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), {});
+    int ppid = 0;
+    if (auto at = text.rfind(')'); at != std::string::npos) std::sscanf(text.c_str() + at + 1, " %*c %d", &ppid);
+    return ppid;
+  };
+  const int worker = parent_of(orphaned);
+  ASSERT_GT(worker, 0);
+  ::kill(worker, SIGKILL);
+  EXPECT_TRUE(manta::testing::eventually([&] { return parent_of(orphaned) != worker; }, 10s));
+  EXPECT_TRUE(manta::testing::alive(kept) && manta::testing::alive(orphaned));
+  manta::shutdown();
+  EXPECT_TRUE(manta::testing::eventually([&] { return gone(kept) && gone(orphaned); }, 10s))
+      << "left behind: " << (gone(kept) ? 0 : kept) << " " << (gone(orphaned) ? 0 : orphaned);
+  ::kill(kept, SIGKILL);  // (should the test fail)
+  ::kill(orphaned, SIGKILL);
 }
 
 TEST(lifecycle, init_inside_a_task_is_refused) {

@@ -5,6 +5,7 @@
 #include "process/zygote.hpp"
 #include "observe/thread_name.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,9 +18,12 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <set>
 #include <system_error>
+#include <vector>
 
 #include "ipc/channel.hpp"
 #include "ipc/fd_passing.hpp"
@@ -39,11 +43,49 @@ int driver_pidfd = -1;
 /// once the driver has exited (the name carries the runtime's epoch, so a later
 /// runtime of the same driver never has this one's). A driver still alive after
 /// a while keeps it: the zygote failed, not the driver.
+/// The pids whose parent is this process, read from /proc.
+std::vector<pid_t> children_now() {
+  std::vector<pid_t> out;
+  const pid_t self = ::getpid();
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return out;
+  while (dirent* d = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(d->d_name, &end, 10);
+    if (pid <= 0 || *end) continue;
+    char path[64], stat[512];
+    std::snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    const ssize_t n = ::read(fd, stat, sizeof stat - 1);
+    ::close(fd);
+    if (n <= 0) continue;
+    stat[n] = 0;
+    // "pid (comm) state ppid ...": the name may hold spaces and parentheses.
+    const char* after = std::strrchr(stat, ')');
+    char state = 0;
+    long ppid = 0;
+    if (after && std::sscanf(after + 1, " %c %ld", &state, &ppid) == 2 && ppid == self) out.push_back(pid);
+  }
+  ::closedir(proc);
+  return out;
+}
+
 [[noreturn]] void stop_all(const std::set<pid_t>& children, bool driver_lost = false) {
   for (pid_t p : children) ::kill(p, SIGKILL);
   for (pid_t p : children)
     while (::waitpid(p, nullptr, 0) < 0 && errno == EINTR) {
     }
+  // What tasks forked came to this process (a subreaper) as their workers
+  // died: killed too, round after round, since each death hands on its own.
+  for (int round = 0; round < 64; ++round) {
+    const std::vector<pid_t> adopted = children_now();
+    if (adopted.empty()) break;
+    for (pid_t p : adopted) ::kill(p, SIGKILL);
+    for (pid_t p : adopted)
+      while (::waitpid(p, nullptr, 0) < 0 && errno == EINTR) {
+      }
+  }
   if (driver_lost && control_socket[0]) {
     pollfd p{driver_pidfd, POLLIN, 0};
     if (driver_pidfd < 0 || ::poll(&p, 1, 2000) > 0) ::unlink(control_socket);
@@ -154,6 +196,9 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
     if (::getppid() != driver) ::_exit(0);  // the driver is gone already
     if (cfg.doorbell_read >= 0) ::close(cfg.doorbell_read);
     observe::name_runtime_thread("manta-zygote");
+    // Processes a task forks outlive their worker: they come here, not to init,
+    // and end with the runtime (stop_all).
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
     // Children are reaped here, whatever the driver set: SIG_IGN would reap them
     // unseen (no exit status, so crashed tasks would never fail).
     ::signal(SIGCHLD, SIG_DFL);
@@ -179,7 +224,7 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
           int status = 0;
           pid_t pid = ::waitpid(-1, &status, WNOHANG);
           if (pid <= 0) break;
-          children.erase(pid);
+          if (children.erase(pid) == 0) continue;  // one it adopted: the driver never knew it
           zygote_reply r{zygote_reply::exited, -1, pid, status};
           if (ipc::send_packet(sock, &r, sizeof r) != ipc::send_status::sent) stop_all(children, true);
         }
