@@ -185,16 +185,19 @@ TEST(messages, small_messages_round_trip) {
   }
   {
     std::vector<object_id> ids{a, b};
-    framed f(block{17, 1, ids});
+    framed f(block{17, 1, ids, 9});
     auto r = f.reader();
     auto back = block::read(r);
     EXPECT_EQ(back.key, 17u);
+    EXPECT_EQ(back.wait, 9u);
     EXPECT_EQ(back.ids.size(), 2u);
   }
   {
-    framed f(unblock{17});
+    framed f(unblock{17, 9});
     auto r = f.reader();
-    EXPECT_EQ(unblock::read(r).key, 17u);
+    auto back = unblock::read(r);
+    EXPECT_EQ(back.key, 17u);
+    EXPECT_EQ(back.wait, 9u);
   }
   {
     framed f(alloc_request{1, 1 << 30});

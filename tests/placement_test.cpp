@@ -175,7 +175,7 @@ TEST_F(placement_fixture, waiters_learn_which_workers_compute_and_spin_only_besi
   EXPECT_EQ(work(1), process::work_idle);
   control.slots[2].depth = 1;  // the actor host runs a call
   EXPECT_TRUE(process::core_free(control, -1));
-  place.unblocked(workers[1], *long_one);
+  place.unblocked(workers[1], *long_one, 0);
   EXPECT_EQ(work(1), process::work_long);
   EXPECT_FALSE(process::core_free(control, -1));  // worker 1 and the actor host
   place.finished(workers[0], *short_one);
@@ -212,7 +212,7 @@ TEST_F(placement_fixture, a_blocked_worker_lends_its_cpu_and_runs_the_producer_i
   send(workers[0], producer);  // nested on the blocked worker
   EXPECT_FALSE(place.lending(workers[0]));  // it runs one now
   place.finished(workers[0], *producer);
-  place.unblocked(workers[0], *outer);
+  place.unblocked(workers[0], *outer, 0);
   EXPECT_EQ(ledger.available().at("CPU"), 0);
 }
 

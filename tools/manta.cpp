@@ -117,6 +117,10 @@ void print_status(const json& s) {
               bytes(o["spilled_bytes"].get<double>()).c_str());
   std::printf("processes lost: %llu, actor restarts: %llu\n", s["processes_lost"].get<unsigned long long>(),
               s["actor_restarts"].get<unsigned long long>());
+  // (Absent from a runtime older than the waiting rule.)
+  if (s.contains("extra_workers"))
+    std::printf("extra workers (started while workers wait in get): %llu now, %llu since start\n",
+                s["extra_workers"].get<unsigned long long>(), s["extra_workers_started"].get<unsigned long long>());
 }
 
 void print_memory(const json& m) {

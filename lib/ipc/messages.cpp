@@ -352,6 +352,7 @@ alloc_request alloc_request::read(frame_reader& r) {
 void block::write(frame_writer& w) const {
   w.put(key);
   w.put(needed);
+  w.put(wait);
   write_ids(w, ids);
 }
 
@@ -359,13 +360,22 @@ block block::read(frame_reader& r) {
   block m;
   m.key = r.get<std::uint64_t>();
   m.needed = r.get<std::uint32_t>();
+  m.wait = r.get<std::uint32_t>();
   m.ids = read_ids(r);
   return m;
 }
 
-void unblock::write(frame_writer& w) const { w.put(key); }
+void unblock::write(frame_writer& w) const {
+  w.put(key);
+  w.put(wait);
+}
 
-unblock unblock::read(frame_reader& r) { return {.key = r.get<std::uint64_t>()}; }
+unblock unblock::read(frame_reader& r) {
+  unblock m;
+  m.key = r.get<std::uint64_t>();
+  m.wait = r.get<std::uint32_t>();
+  return m;
+}
 
 void free_alloc::write(frame_writer& w) const { w.put(offset); }
 

@@ -205,22 +205,26 @@ struct alloc_request {
   static alloc_request read(frame_reader& r);
 };
 
-/// The running task `key` waits in get/wait until `needed` of `ids` are sealed:
-/// its CPU is lent. `ids` is a hint (at most max_awaited_ids are sent).
+/// A thread of the running task `key` waits in get/wait until `needed` of
+/// `ids` are sealed: its CPU is lent while any such wait lasts. `ids` is a hint
+/// (at most max_awaited_ids are sent). `wait` numbers the waits of one process:
+/// a task and threads it started may wait at once, each on its own objects.
 struct block {
   static constexpr msg type = msg::block;
   std::uint64_t key = 0;
   std::uint32_t needed = 1;
   std::span<const object_id> ids;
+  std::uint32_t wait = 0;
   void write(frame_writer& w) const;
   static block read(frame_reader& r);
 };
 inline constexpr std::size_t max_awaited_ids = 4096;
 
-/// The task `key` runs again.
+/// The wait `wait` of the task `key` ended (the task runs again once none is left).
 struct unblock {
   static constexpr msg type = msg::unblock;
   std::uint64_t key = 0;
+  std::uint32_t wait = 0;
   void write(frame_writer& w) const;
   static unblock read(frame_reader& r);
 };

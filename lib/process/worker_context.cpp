@@ -230,18 +230,30 @@ bool worker_context::await(lock_t& lock, detail::deadline until, Pred done, arri
       continue;
     }
     if (detail::clock::now() >= until) return false;
-    if (!reading_) read_once(lock, until);
-    else if (until == detail::no_deadline) changed_.wait(lock);
+    if (!reading_) {
+      read_once(lock, until);
+      continue;
+    }
+    // Another thread sleeps reading the pipe: what this one asked for (a
+    // subscribe, a block) would stay in the outbox until that reader wakes,
+    // which may be never. Every wait sends first.
+    flush();
+    if (until == detail::no_deadline) changed_.wait(lock);
     else changed_.wait_until(lock, until);
   }
+}
+
+std::uint64_t worker_context::submitting_task() const noexcept {
+  std::uint64_t key = current_task_key();
+  if (!key && waits_nest() && !main_stack_.empty()) key = main_stack_.back();  // a thread the running task started
+  return key;
 }
 
 template <class Pred>
 bool worker_context::wait_for_objects(lock_t& lock, detail::deadline until, Pred done,
                                       const std::vector<local_node*>& awaited, std::size_t needed) {
   if (!waits_nest()) return await(lock, until, done, arrivals::queue);
-  std::uint64_t key = current_task_key();
-  if (!key && !main_stack_.empty()) key = main_stack_.back();  // a thread the running task started
+  const std::uint64_t key = submitting_task();
   if (!key) return await(lock, until, done, arrivals::nest);   // nothing runs here: nothing to block
   return blocked_await(lock, key, until, done, awaited, needed);
 }
@@ -259,12 +271,12 @@ bool worker_context::blocked_await(lock_t& lock, std::uint64_t key, detail::dead
   std::size_t left_out = awaited.size() - ids.size();
   std::size_t hint = needed > left_out ? needed - left_out : 1;
   hint = std::min(hint, std::max<std::size_t>(ids.size(), 1));
-  if (blocks_[key]++ == 0) send(ipc::block{key, static_cast<std::uint32_t>(hint), ids});
+  // Each wait is its own (threads of one task wait on different objects): the
+  // driver lends the task's CPU while any lasts and sends what each awaits.
+  const std::uint32_t wait = ++next_wait_;
+  send(ipc::block{key, static_cast<std::uint32_t>(hint), ids, wait});
   bool ok = await(lock, until, done, arrivals::nest);
-  if (--blocks_[key] == 0) {
-    blocks_.erase(key);
-    send(ipc::unblock{key});
-  }
+  send(ipc::unblock{key, wait});
   return ok;
 }
 
@@ -400,7 +412,7 @@ void worker_context::submit(detail::task_request&& r, ref_node** returns) {
   }
   for (auto* d : r.deps) dep_ids.push_back(d->id);
   try {
-    send(ipc::submit{r.function->id, current_task_key(), r.mode, r.arg_count, r.options,
+    send(ipc::submit{r.function->id, submitting_task(), r.mode, r.arg_count, r.options,
                      r.actor ? r.actor->id : object_id{}, out_ids, dep_ids, r.contained, r.args});
   } catch (const ipc::frame_too_large& e) {
     for (auto* n : outs) {

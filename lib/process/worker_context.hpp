@@ -130,6 +130,9 @@ class worker_context final : public process_context {
   /// host's calls never nest or overlap.
   bool waits_nest() const noexcept { return !actor_host_ && !threaded_; }
   arrivals waiting_mode() const noexcept { return waits_nest() ? arrivals::nest : arrivals::queue; }
+  /// The task on whose behalf the calling thread acts: the one it runs, or, for
+  /// a thread a pool task started, that task (under the lock).
+  std::uint64_t submitting_task() const noexcept;
 
   local_node* checked(detail::ref_node* node);
   object_id next_id() { return {id_hi_, ++next_seq_}; }
@@ -194,9 +197,7 @@ class worker_context final : public process_context {
   bool threaded_ = false;
   const std::thread::id main_thread_ = std::this_thread::get_id();  ///< runs the worker's loop
   std::vector<std::uint64_t> main_stack_;  ///< tasks the main thread runs, innermost last
-  /// Threads waiting with each task blocked: block is sent for the first, unblock
-  /// after the last (a task and threads it started may wait at once).
-  std::unordered_map<std::uint64_t, int> blocks_;
+  std::uint32_t next_wait_ = 0;  ///< numbers each block and its unblock
 };
 
 }  // namespace manta::process

@@ -313,5 +313,11 @@ std::size_t object_count() {
   return node ? node->object_count() : local ? local->object_count() : 0;
 }
 
+std::size_t task_count() {
+  if (in_worker()) return {};
+  std::lock_guard lock(lifecycle_mu);
+  return node ? node->task_count() : 0;
+}
+
 }  // namespace detail
 }  // namespace manta

@@ -377,7 +377,7 @@ void scheduler::on_block(worker_link& w, const ipc::block& m) {
   if (t && t->worker == w.slot) w.blocked_keys.push_back(m.key);
   if (!t || t->worker != w.slot || t->actor) return;  // an actor's calls wait in line; it keeps what it holds
   place_.note_blocks(*t);
-  place_.blocked(w.place, *t, {m.needed, {m.ids.begin(), m.ids.end()}});
+  place_.blocked(w.place, *t, {m.needed, {m.ids.begin(), m.ids.end()}, m.key, m.wait});
   dispatch();
 }
 
@@ -387,7 +387,7 @@ void scheduler::on_unblock(worker_link& w, const ipc::unblock& m) {
     w.blocked_keys.erase(k);
   task_spec* t = graph_.find(m.key);
   if (!t || t->worker != w.slot || t->actor) return;
-  place_.unblocked(w.place, *t);
+  place_.unblocked(w.place, *t, m.wait);
   dispatch();
 }
 

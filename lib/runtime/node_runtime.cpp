@@ -189,8 +189,9 @@ node_runtime::node_runtime(const options& opts)
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   ipc::own_fd(epoll_fd_);
   sched_ = std::make_unique<scheduler>(
-      scheduler::config{pool_size_, static_cast<std::size_t>(process::max_slots), control_, &timeline_}, *dir_, *store_,
-      std::move(ledger), *this);
+      scheduler::config{pool_size_, static_cast<std::size_t>(process::max_slots), max_extra_workers(pool_size_),
+                        control_, &timeline_},
+      *dir_, *store_, std::move(ledger), *this);
   {
     scheduler_lock lock(*this);
     sched_->start();

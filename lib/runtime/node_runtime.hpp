@@ -90,6 +90,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   store::arena& arena() noexcept { return *arena_; }
   detail::spill_counters spilling() const { return store_->stats(); }
   std::size_t object_count() const { return dir_->size(); }
+  std::size_t task_count();
   /// The node lost its zygote: nothing can run here any more (lost_why says why).
   bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
   const std::string& lost_why() const noexcept { return lost_why_; }

@@ -40,18 +40,37 @@ bool placement::stored_inputs_pinned(const task_spec& t) {
   return true;
 }
 
+int placement::all_waiting() const {
+  int n = 0;
+  for (const worker_state* w : pool_) n += !w->in_flight.empty() && lending(*w);
+  return n;
+}
+
+template <class F>
+void placement::for_each_innermost_wait(const worker_state& w, F&& f) {
+  if (w.awaiting.empty()) return;
+  const std::uint64_t key = w.awaiting.back().key;
+  for (auto it = w.awaiting.rbegin(); it != w.awaiting.rend(); ++it)
+    if (it->key == key) f(*it);
+}
+
 bool placement::lending(const worker_state& w) const {
   if (!w.usable || w.blocked != static_cast<int>(w.in_flight.size())) return false;
   // A task nested now would sit on top of the innermost waiting one: if that one
   // can already go on, it would have to wait for the newcomer (and its subtree).
+  // (Its threads may wait too: it lends while any of its waits cannot end yet.)
   if (w.awaiting.empty()) return true;
-  const auto& top = w.awaiting.back();
-  std::size_t done = 0;
-  for (const auto& id : top.ids) {
-    object_entry* e = dir_.find(id);
-    done += !e || e->status() != state_pending;
-  }
-  return done < top.needed;
+  bool open = false;
+  for_each_innermost_wait(w, [&](const worker_state::wait_state& ws) {
+    if (open) return;
+    std::size_t done = 0;
+    for (const auto& id : ws.ids) {
+      object_entry* e = dir_.find(id);
+      done += !e || e->status() != state_pending;
+    }
+    open = done < ws.needed;
+  });
+  return open;
 }
 
 worker_state* placement::pick(const task_spec& t) {
@@ -122,10 +141,12 @@ std::vector<task_spec*> placement::producers_to_lend(const worker_state& w) cons
   // A producer still waiting on its own arguments leads to theirs: whatever the
   // awaited objects need is safe to nest (none of it can wait on the tasks below).
   if (w.awaiting.empty() || !lending(w)) return {};
-  const auto& awaited = w.awaiting.back().ids;
   std::vector<object_entry*> todo;
-  for (auto it = awaited.rbegin(); it != awaited.rend(); ++it)
-    if (object_entry* e = dir_.find(*it)) todo.push_back(e);
+  for_each_innermost_wait(w, [&](const worker_state::wait_state& ws) {  // latest first
+    for (const auto& id : ws.ids)
+      if (object_entry* e = dir_.find(id)) todo.push_back(e);
+  });
+  std::reverse(todo.begin(), todo.end());  // taken from the back: the latest wait's first id first
   std::vector<const task_spec*> seen;
   while (!todo.empty() && seen.size() < 64) {  // bounded: the first producers matter
     object_entry* e = todo.back();
@@ -138,7 +159,11 @@ std::vector<task_spec*> placement::producers_to_lend(const worker_state& w) cons
         for (auto d = t->deps.rbegin(); d != t->deps.rend(); ++d) todo.push_back(*d);
       continue;
     }
-    if (!ledger_.fits(cpu_need(*t)) || t->options().timeout_ns) return {};
+    // One that may wait on others (given a queue, or refs to unsealed objects)
+    // could wait for the very task below it; one with a timeout could not be
+    // killed alone. They go to a worker of their own (an extra one, if need be).
+    if (t->options().timeout_ns || may_wait_on_others(*t)) continue;
+    if (!ledger_.fits(cpu_need(*t))) return {};
     return {t};  // once it runs, the worker is no longer all waiting
   }
   return {};
@@ -194,7 +219,7 @@ void placement::finished(worker_state& w, task_spec& t) {
     if (!t.actor) w.long_tasks -= runs_long(t);
   }
   if (t.actor) return;
-  if (t.blocked) unblocked(w, t);
+  if (t.blocked) end_block(w, t);
   if (t.is_default()) {
     if (--w.active_default == 0 && w.holds_cpu) {
       w.holds_cpu = false;
@@ -210,7 +235,10 @@ void placement::finished(worker_state& w, task_spec& t) {
 }
 
 void placement::blocked(worker_state& w, task_spec& t, worker_state::wait_state awaited) {
-  if (t.actor || t.blocked) return;
+  if (t.actor) return;
+  awaited.key = t.key;
+  w.awaiting.push_back(std::move(awaited));
+  if (t.blocked) return;  // another thread of it waits already: its CPU is lent
   t.blocked = true;
   ++w.blocked;
   if (!t.is_default()) {
@@ -219,12 +247,22 @@ void placement::blocked(worker_state& w, task_spec& t, worker_state::wait_state 
     w.holds_cpu = false;
     ledger_.give_cpu(1);
   }
-  w.awaiting.push_back(std::move(awaited));
   publish(w);
 }
 
-void placement::unblocked(worker_state& w, task_spec& t) {
+void placement::unblocked(worker_state& w, task_spec& t, std::uint32_t wait) {
   if (t.actor || !t.blocked) return;
+  auto it = std::find_if(w.awaiting.begin(), w.awaiting.end(),
+                         [&](const worker_state::wait_state& ws) { return ws.key == t.key && ws.wait == wait; });
+  if (it != w.awaiting.end()) w.awaiting.erase(it);
+  if (std::any_of(w.awaiting.begin(), w.awaiting.end(),
+                  [&](const worker_state::wait_state& ws) { return ws.key == t.key; }))
+    return;  // another thread of it still waits
+  end_block(w, t);
+}
+
+void placement::end_block(worker_state& w, task_spec& t) {
+  std::erase_if(w.awaiting, [&](const worker_state::wait_state& ws) { return ws.key == t.key; });
   t.blocked = false;
   --w.blocked;
   if (!t.is_default()) {
@@ -233,7 +271,6 @@ void placement::unblocked(worker_state& w, task_spec& t) {
     w.holds_cpu = true;
     ledger_.take_cpu(1);
   }
-  if (!w.awaiting.empty()) w.awaiting.pop_back();
   publish(w);
 }
 

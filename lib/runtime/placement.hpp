@@ -24,13 +24,17 @@ struct worker_state {
   bool usable = false;
   lane in_flight;  ///< sent and not finished, in the order sent
   int blocked = 0;  ///< in-flight tasks waiting in get/wait
-  /// What each blocked task waits on (how many of which objects), innermost
-  /// last: its tasks nest on one stack.
+  /// What each wait of a blocked task is for (how many of which objects),
+  /// latest last: its tasks nest on one stack, and threads a task started may
+  /// wait beside it, each on their own objects.
   struct wait_state {
     std::size_t needed = 1;
     std::vector<object_id> ids;
+    std::uint64_t key = 0;   ///< the waiting task
+    std::uint32_t wait = 0;  ///< which of its process's waits
   };
   std::vector<wait_state> awaiting;
+  bool extra = false;  ///< started beyond the pool's size while its workers wait (scheduler)
   int active_default = 0;  ///< in-flight default tasks (1 CPU) not blocked
   int nondefault = 0;      ///< in-flight tasks with other CPU requests
   /// The expected run time of its in-flight tasks, and how many of them have
@@ -60,6 +64,13 @@ class placement {
   /// The pool's workers (their states live elsewhere, with their processes).
   void set_workers(std::vector<worker_state*> pool) { pool_ = std::move(pool); }
   const std::vector<worker_state*>& workers() const noexcept { return pool_; }
+  /// An extra worker joins the pool (placed after the others: idle ones of the
+  /// pool proper are picked first), or leaves it.
+  void add_worker(worker_state* w) { pool_.push_back(w); }
+  void remove_worker(worker_state* w) { std::erase(pool_, w); }
+  /// Workers whose every task waits in get/wait (their CPU is lent) and whose
+  /// innermost one cannot go on yet: not one whose awaited objects just came.
+  int all_waiting() const;
 
   /// The worker `t` should be sent to now, or nullptr (it stays queued).
   worker_state* pick(const task_spec& t);
@@ -87,15 +98,17 @@ class placement {
   void sent(worker_state& w, task_spec& t);
   /// `t` finished on `w` (or was lost with it): what it held goes back.
   void finished(worker_state& w, task_spec& t);
-  /// `t` waits in get/wait for `needed` of `ids`: its CPU is lent meanwhile.
+  /// A thread of `t` waits in get/wait for `needed` of `ids`: its CPU is lent
+  /// while any of its waits lasts.
   void blocked(worker_state& w, task_spec& t, worker_state::wait_state awaited);
-  /// `t` runs again.
-  void unblocked(worker_state& w, task_spec& t);
+  /// The wait `wait` of `t` ended: once none is left, `t` runs again.
+  void unblocked(worker_state& w, task_spec& t, std::uint32_t wait);
   /// All of `w`'s tasks wait, and the innermost cannot go on yet: it may run more, nested.
   bool lending(const worker_state& w) const;
   /// Queued producers of what `w`'s innermost waiting task needs (following
   /// producers that wait on their own arguments to theirs), to run on `w`
-  /// nested, in order; empty if it is not lending or none fit.
+  /// nested, in order; empty if it is not lending or none fit. Never one that
+  /// may wait on others, or has a timeout: those need a worker of their own.
   std::vector<task_spec*> producers_to_lend(const worker_state& w) const;
   /// `w`'s process is gone: every account it held is settled (call after
   /// `finished` for each of its tasks).
@@ -129,6 +142,11 @@ class placement {
   /// unknown or when it blocks.
   double estimate(const task_spec& t) const;
   void take_cpu(worker_state& w, task_spec& t);
+  /// `t` stops waiting altogether: its CPU is taken back.
+  void end_block(worker_state& w, task_spec& t);
+  /// The waits of `w`'s innermost waiting task (the key of its latest wait).
+  template <class F>
+  static void for_each_innermost_wait(const worker_state& w, F&& f);
   /// Tells waiters in every process whether `w` computes (see process::core_free).
   static void publish(worker_state& w) noexcept;
   /// `t` was sent expecting more than a spin's worth of work (or an unknown amount).

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "observe/log.hpp"
 #include "ipc/owned_fds.hpp"
@@ -35,6 +36,33 @@ void scheduler::request_spawn(int slot) {
     cfg_.control->slots[slot].spinning.store(0, std::memory_order_relaxed);
   }
   host_.spawn(slot, ++next_process_number_);
+}
+
+void scheduler::balance_extra_workers(bool starved) {
+  if (stopping_ || lost_) return;
+  const std::size_t waiting = static_cast<std::size_t>(place_.all_waiting());
+  for (std::size_t i = 0; i < extras_.size() && extras_.size() > waiting;) {
+    worker_link& w = link(extras_[i]);
+    if (w.st.load(std::memory_order_relaxed) != worker_link::state::alive || !w.place.in_flight.empty()) {
+      ++i;
+      continue;
+    }
+    MANTA_DEBUG << "extra worker pid " << w.pid << " ends: fewer workers wait";
+    w.retiring = true;
+    w.place.usable = false;
+    host_.kill(w.pid);
+    extras_.erase(extras_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  if (!starved || extras_.size() >= waiting || extras_.size() >= cfg_.max_extra_workers) return;
+  const int slot = free_host_slot();
+  if (slot < 0) return;  // every slot holds a process: the pool stays as it is
+  worker_link& w = link(slot);
+  w.place.extra = true;
+  place_.add_worker(&w.place);
+  extras_.push_back(slot);
+  extras_started_.fetch_add(1, std::memory_order_relaxed);
+  MANTA_DEBUG << "starting an extra worker in slot " << slot << ": " << waiting << " workers wait";
+  request_spawn(slot);
 }
 
 void scheduler::spawned(int slot, pid_t pid, int to_process, int from_process) {
@@ -90,6 +118,10 @@ void scheduler::spawn_failed(int slot, const std::string& why) {
     dispatch();
     return;
   }
+  if (w.place.extra) {  // not needed to run the pool's size: asked again when a task needs it
+    forget_extra(w);
+    return;
+  }
   // A pool worker: the pool runs one short until a process can be started
   // (node_runtime asks again as processes exit); if none is left, what waits
   // for the pool fails rather than waiting forever.
@@ -102,7 +134,13 @@ void scheduler::spawn_failed(int slot, const std::string& why) {
 void scheduler::respawn_missing() {
   if (stopping_ || lost_) return;
   for (worker_state* p : place_.workers())
-    if (link(p->slot).st == worker_link::state::dead) request_spawn(p->slot);
+    if (!p->extra && link(p->slot).st == worker_link::state::dead) request_spawn(p->slot);
+}
+
+void scheduler::forget_extra(worker_link& w) {
+  w.place.extra = false;
+  place_.remove_worker(&w.place);
+  std::erase(extras_, w.slot);
 }
 
 void scheduler::malformed(worker_link& w, const std::string& why) {
@@ -155,19 +193,58 @@ void scheduler::exited(worker_link& w, int status, std::string crash_stack) {
   }
 }
 
-void scheduler::pool_worker_died(worker_link& w, int status) {
-  const std::string cause = w.kill_reason.empty() ? describe_exit(status) : w.kill_reason;
-  // Which tasks were executing (not merely queued) when it died.
+std::vector<std::uint64_t> scheduler::running_keys(const worker_link& w) const {
   std::vector<std::uint64_t> running;
   if (cfg_.control) {
     const process::process_slot& slot = cfg_.control->slots[w.slot];
     std::uint32_t depth = std::min<std::uint32_t>(slot.depth.load(), process::max_depth);
     for (std::uint32_t i = 0; i < depth; ++i) running.push_back(slot.running[i].load());
   }
+  return running;
+}
+
+void scheduler::cancel_orphans(const std::vector<std::uint64_t>& parents, pid_t pid, const std::string& cause) {
+  if (parents.empty() || !graph_.has_children()) return;
+  const std::unordered_set<std::uint64_t> dead(parents.begin(), parents.end());
+  std::vector<std::uint64_t> children;
+  graph_.for_each([&](const task_spec& t) {
+    if (t.parent && dead.count(t.parent)) children.push_back(t.key);
+  });
+  // Latest first: a child's dependents (its siblings, submitted after it) hold
+  // its results until they go.
+  std::sort(children.begin(), children.end(), std::greater<>());
+  for (std::uint64_t key : children) {
+    task_spec* t = graph_.find(key);
+    if (!t || t->cancelled || t->is_call()) continue;
+    const bool held = std::any_of(t->returns.begin(), t->returns.end(), [](const object_entry* r) {
+      return r->count.load(std::memory_order_acquire) > 1;  // more than the task's own count
+    });
+    if (held) continue;
+    MANTA_DEBUG << "cancelling '" << t->name() << "': the process that submitted it died and nothing holds its results";
+    stop_task(t,
+              ipc::error_info{ipc::error_kind::cancelled, "manta::task_cancelled_error",
+                              "manta: task '" + t->name() + "' was cancelled: worker pid " + std::to_string(pid) +
+                                  ", which submitted it, died from " + cause + ", and nothing else held its results",
+                              t->name(), {}, 0, 0},
+              -1);
+  }
+}
+
+void scheduler::pool_worker_died(worker_link& w, int status) {
+  const std::string cause = w.kill_reason.empty() ? describe_exit(status) : w.kill_reason;
+  // Which tasks were executing (not merely queued) when it died.
+  const std::vector<std::uint64_t> running = running_keys(w);
   auto was_running = [&](std::uint64_t key) {
     return std::find(running.begin(), running.end(), key) != running.end();
   };
   std::vector<task_spec*> lost(w.place.in_flight.begin(), w.place.in_flight.end());
+  std::vector<std::uint64_t> lost_keys;
+  for (task_spec* t : lost) lost_keys.push_back(t->key);
+  // A task nested under one that died with it was submitted there: it is
+  // retried uncharged if anything else holds its results, else cancelled below.
+  auto submitted_here = [&](const task_spec* t) {
+    return t->parent && std::find(lost_keys.begin(), lost_keys.end(), t->parent) != lost_keys.end();
+  };
   std::vector<std::pair<task_spec*, ipc::error_info>> failed;
   for (auto it = lost.rbegin(); it != lost.rend(); ++it) {  // keep their order at the queue front
     task_spec* t = *it;
@@ -180,7 +257,7 @@ void scheduler::pool_worker_died(worker_link& w, int status) {
       continue;
     }
     // Killed to cancel another task, the process did not fail the ones it ran.
-    if (was_running(t->key) && !w.killed_to_cancel) {
+    if (was_running(t->key) && !w.killed_to_cancel && !submitted_here(t)) {
       ++t->attempts;
       if (t->options().max_retries >= 0 && t->attempts > t->options().max_retries) {
         int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
@@ -198,13 +275,18 @@ void scheduler::pool_worker_died(worker_link& w, int status) {
         continue;
       }
     }
-    task_retries_.fetch_add(1, std::memory_order_relaxed);
+    if (!submitted_here(t)) task_retries_.fetch_add(1, std::memory_order_relaxed);  // (most are cancelled below)
     graph_.enter(t, graph_.ready(), /*at_front=*/true);
   }
   place_.lost(w.place);
-  close_link(w);
+  close_link(w);  // (its refs go: what only it held is held by nobody now)
   for (auto& [t, err] : failed) fail_task(t, err);
-  if (!stopping_ && !lost_) request_spawn(w.slot);
+  // As when an owner dies in Ray: what its tasks submitted that nobody else
+  // holds would run for nothing (a crash deep in a nested chain retried every
+  // level, and each retry submitted its child again).
+  if (!stopping_ && !lost_) cancel_orphans(lost_keys, w.pid, cause);
+  if (w.place.extra) forget_extra(w);  // (started again only if a task needs it)
+  else if (!stopping_ && !lost_) request_spawn(w.slot);
   dispatch();
 }
 

@@ -58,7 +58,7 @@ json scheduler::status_report() const {
     busy += std::string_view(state) == "busy";
     json p = {{"slot", w.slot},
               {"pid", w.pid},
-              {"kind", w.actor ? "actor" : "worker"},
+              {"kind", w.actor ? "actor" : w.place.extra ? "extra" : "worker"},
               {"state", state},
               {"tasks_in_flight", w.place.in_flight.size()},
               {"current", std::move(tasks)}};
@@ -85,6 +85,8 @@ json scheduler::status_report() const {
   }
   return {{"processes", std::move(processes)},
           {"pool_workers", cfg_.pool_size},
+          {"extra_workers", extras_.size()},
+          {"extra_workers_started", extras_started_.load()},
           {"busy_workers", busy},
           {"actors", std::move(actors)},
           {"tasks",
@@ -122,6 +124,11 @@ std::string node_runtime::answer(const std::string& request) {
     return timeline_json(seconds);
   }
   return dump({{"error", "unknown request '" + request + "' (status, memory, timeline [seconds])"}});
+}
+
+std::size_t node_runtime::task_count() {
+  scheduler_lock lock(*this);
+  return sched_->graph().size();
 }
 
 std::string node_runtime::status_json() {

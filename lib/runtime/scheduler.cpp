@@ -306,6 +306,7 @@ void scheduler::dispatch() {
   // those ends in a dispatch.
   if (!remote_waiting_.empty()) send_waiting_remote();
   if (!waiting_actors_.empty()) start_waiting_actors();
+  if (!extras_.empty()) balance_extra_workers(false);  // (surplus idle ones end)
   // A worker whose tasks all wait runs what its innermost one waits for first.
   for (worker_state* w : place_.workers())
     if (w->blocked > 0)
@@ -316,6 +317,7 @@ void scheduler::dispatch() {
   // either, so the scan stops there.
   lane& ready = graph_.ready();
   scan_of_ready scan;
+  bool starved = false;  // a task that fits what is free found no worker
   for (std::size_t i = 0; i < ready.size() && !scan.only_unfit_left(ready.size() - i);) {
     task_spec* t = ready[i];
     if (scan.passes(*t)) {
@@ -336,6 +338,7 @@ void scheduler::dispatch() {
       t->local_only = true;
     }
     if (!w) {
+      starved = starved || (t->is_default() ? ledger_.fits_cpu(1) : ledger_.fits(t->need()));
       if (place_.blocks_later(*t)) break;
       if (!t->is_default()) {
         // (Sending others only takes what is free, and more remote room.)
@@ -349,6 +352,7 @@ void scheduler::dispatch() {
     }
     send_task(link(w->slot), *t);  // takes it out of the ready queue
   }
+  if (starved) balance_extra_workers(true);
 }
 
 std::optional<std::string> scheduler::pin_inputs(task_spec& t) {

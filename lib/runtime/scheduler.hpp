@@ -119,6 +119,11 @@ class scheduler_host {
   ~scheduler_host() = default;
 };
 
+/// How many extra workers a pool of `pool_size` may start while its workers
+/// wait: 8 per worker, at least 32 (Ray's nodes start a worker per blocked
+/// task with no fixed bound; a bound keeps a runaway from forking hundreds).
+inline std::size_t max_extra_workers(std::size_t pool_size) { return std::max<std::size_t>(32, 8 * pool_size); }
+
 /// "signal 9 (SIGKILL: Killed)" or "exit status 3", from a wait status.
 std::string describe_exit(int status);
 
@@ -127,6 +132,9 @@ class scheduler {
   struct config {
     std::size_t pool_size = 1;  ///< pool workers, in slots [0, pool_size)
     std::size_t max_slots = 1;  ///< pool workers plus actor hosts
+    /// Workers started beyond pool_size while pool workers wait (see
+    /// balance_extra_workers), at most.
+    std::size_t max_extra_workers = 0;
     /// Shared with the processes: their sequence words and running tasks.
     process::control_block* control = nullptr;
     /// Where tasks, deaths and process names are recorded while it records (or null).
@@ -246,7 +254,8 @@ class scheduler {
   /// Drops every task, actor and hold (all processes are gone).
   void clear();
   detail::runtime_counters counters() const {
-    return {tasks_finished_.load(), task_retries_.load(), processes_lost_.load(), actor_restarts_.load()};
+    return {tasks_finished_.load(), task_retries_.load(), processes_lost_.load(), actor_restarts_.load(),
+            extras_started_.load()};
   }
   std::size_t pool_size() const noexcept { return cfg_.pool_size; }
   const task_graph& graph() const noexcept { return graph_; }
@@ -349,8 +358,25 @@ class scheduler {
 
   // processes.cpp
   void request_spawn(int slot);
+  /// The waiting rule: while a worker's every task waits in get/wait, its CPU
+  /// is lent, and a ready task that no worker can take (it may not nest there)
+  /// gets an extra worker, one per such waiting worker (at most
+  /// max_extra_workers). An extra worker idle while there are more of them
+  /// than waiting workers ends: the pool returns to its size once the waits end.
+  /// `starved`: a ready task fits the free resources but found no worker.
+  void balance_extra_workers(bool starved);
+  /// `w`, an extra worker, is gone: its slot may host anything again.
+  void forget_extra(worker_link& w);
+  /// Extra workers alive or starting, not retiring (their slots).
+  std::vector<int> extras_;
   void close_link(worker_link& w);
   void pool_worker_died(worker_link& w, int status);
+  /// The keys of the tasks `w`'s process was executing (not merely queued), as
+  /// it recorded them in its control slot.
+  std::vector<std::uint64_t> running_keys(const worker_link& w) const;
+  /// The tasks `parents` ran in the process `pid` that died (`cause`): what they
+  /// submitted that nothing else holds a ref to is cancelled, with what that submitted.
+  void cancel_orphans(const std::vector<std::uint64_t>& parents, pid_t pid, const std::string& cause);
 
   config cfg_;
   directory& dir_;
@@ -413,6 +439,7 @@ class scheduler {
   void note_next_timeout() noexcept;
   bool stopping_ = false;
   std::atomic<std::uint64_t> tasks_finished_{0}, task_retries_{0}, processes_lost_{0}, actor_restarts_{0};
+  std::atomic<std::uint64_t> extras_started_{0};
   std::atomic<std::uint64_t> tasks_failed_{0};
   /// Ids made by workers: creator half -> highest sequence seen (manta memory's scan).
   std::unordered_map<std::uint64_t, std::uint64_t> worker_ids_;

@@ -80,6 +80,8 @@ class task_graph {
 
   /// Tasks submitted from inside the task `parent` and still here.
   std::vector<task_spec*> children_of(std::uint64_t parent) const;
+  /// Whether any task here was submitted from a worker.
+  bool has_children() const noexcept { return with_parent_ > 0; }
 
   /// Checks the graph's invariants against `entries` (every entry a test made):
   /// dependents and producers are live tasks, pending counts match the edges,

@@ -113,7 +113,7 @@ struct world {
   world() {
     context.dir = &dir;
     process::set_current_context(&context);
-    sched = std::make_unique<scheduler>(scheduler::config{2, 4, nullptr}, dir, store,
+    sched = std::make_unique<scheduler>(scheduler::config{2, 4, 2, nullptr}, dir, store,
                                         resource_ledger(2, 0, {{"disk", 1}}), host);
     sched->start();
     start_processes();
@@ -305,8 +305,9 @@ struct world {
         break;
       case 8:
         l1 = pick_ids(in);
-        ipc::append(out, ipc::block{pick_key(in), static_cast<std::uint32_t>(in.byte() % 4), l1});
-        if (in.byte() % 2) ipc::append(out, ipc::unblock{pick_key(in)});
+        ipc::append(out, ipc::block{pick_key(in), static_cast<std::uint32_t>(in.byte() % 4), l1,
+                                    static_cast<std::uint32_t>(in.byte() % 3)});
+        if (in.byte() % 2) ipc::append(out, ipc::unblock{pick_key(in), static_cast<std::uint32_t>(in.byte() % 3)});
         break;
       case 9:
         s1 = in.byte() % 2 ? "fuzz" : in.bytes(4);

@@ -14,6 +14,8 @@ std::vector<int> runtime_process_ids();
 std::size_t arena_used_bytes();
 /// Objects in the directory.
 std::size_t object_count();
+/// Tasks and actor calls the node holds: waiting for arguments, queued, running.
+std::size_t task_count();
 
 /// What the node has gone through since init.
 struct runtime_counters {
@@ -21,6 +23,8 @@ struct runtime_counters {
   std::uint64_t task_retries = 0;     ///< runs re-queued after a crash (or an exception, when asked)
   std::uint64_t processes_lost = 0;   ///< workers and actor hosts that died unasked
   std::uint64_t actor_restarts = 0;
+  /// Workers started beyond the pool's size while its workers waited in get/wait.
+  std::uint64_t extra_workers_started = 0;
 };
 runtime_counters counters();
 
