@@ -98,6 +98,24 @@ TEST_F(actor_pool, a_failing_item_throws_from_map_and_once_from_map_unordered) {
   EXPECT_EQ(results, 3);
 }
 
+TEST_F(actor_pool, a_loop_over_map_unordered_whose_first_result_failed_goes_on) {
+  start(1);  // one actor: the failing item comes first
+  manta::actor_pool<Scorer> pool(make(1));
+  auto results = pool.map_unordered(&Scorer::score, std::vector<int>{-1, 2, 3});
+  int failures = 0, got = 0;
+  for (auto it = results.begin(); it != results.end();) {  // begin() threw the first failure
+    try {
+      (void)*it;
+      ++got;
+      ++it;
+    } catch (const manta::task_error&) {
+      ++failures;
+    }
+  }
+  EXPECT_EQ(failures, 1);
+  EXPECT_EQ(got, 2);
+}
+
 TEST_F(actor_pool, bad_input_is_refused) {
   start(1);
   EXPECT_THROW(manta::actor_pool<Scorer>(std::vector<manta::actor_handle<Scorer>>{}), manta::usage_error);

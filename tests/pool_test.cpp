@@ -20,7 +20,12 @@ int fails_on_13(int x) {
   return x;
 }
 double half(double x) { return x / 2; }
-MANTA_REMOTE(twice, label, mul, fails_on_13, half);
+// bool parameters and results (std::vector<bool> is a proxy container: the
+// registry's map and starmap once bound `auto&` to its elements and did not compile).
+int from_flag(bool b) { return b ? 1 : -1; }
+bool is_even(int x) { return x % 2 == 0; }
+bool both(bool a, bool b) { return a && b; }
+MANTA_REMOTE(twice, label, mul, fails_on_13, half, from_flag, is_even, both);
 
 class pool : public runtime_per_workers {};
 INSTANTIATE_TEST_SUITE_P(workers, pool, ::testing::Values(1, 2, 4));
@@ -44,6 +49,16 @@ TEST_P(pool, map_keeps_order_for_any_chunk_size) {
   EXPECT_TRUE(p.map(twice, std::vector<int>{}).empty());
   std::vector<std::string> words{"a", "bb", "ccc"};
   EXPECT_EQ(p.map(label, words), (std::vector<std::string>{"<a>", "<bb>", "<ccc>"}));
+}
+
+TEST_P(pool, functions_of_bools_run_as_tasks_and_in_maps) {
+  manta::pool p;
+  EXPECT_EQ(manta::get(manta::task(from_flag).remote(true)), 1);
+  EXPECT_FALSE(manta::get(manta::task(is_even).remote(3)));
+  EXPECT_EQ(p.map(from_flag, std::vector<bool>{true, false, true}), (std::vector<int>{1, -1, 1}));
+  EXPECT_EQ(p.map(is_even, std::vector<int>{1, 2, 3, 4}), (std::vector<bool>{false, true, false, true}));
+  EXPECT_EQ(p.starmap(both, std::vector<std::tuple<bool, bool>>{{true, true}, {true, false}}),
+            (std::vector<bool>{true, false}));
 }
 
 TEST_P(pool, starmap_applies_tuples) {
@@ -108,6 +123,33 @@ TEST_P(pool, an_imap_loop_that_catches_a_failed_item_goes_on_with_the_rest_once)
   }
   EXPECT_EQ(got, (std::vector<int>{10, 11, 12, 14, 15, 16}));
   EXPECT_EQ(failures, 3);
+}
+
+TEST_P(pool, a_loop_over_results_whose_first_item_failed_goes_on_with_the_rest) {
+  // begin() threw the first item's failure, outside the loop's try.
+  manta::pool p;
+  const std::vector<int> xs{13, 10, 11};
+  for (bool ordered : {true, false}) {
+    auto results = ordered ? p.imap(fails_on_13, xs, 1) : p.imap_unordered(fails_on_13, xs, 1);
+    std::vector<int> got;
+    int failures = 0;
+    for (auto it = results.begin(); it != results.end();) {
+      try {
+        got.push_back(*it);
+        ++it;
+      } catch (const manta::task_error&) {
+        ++failures;
+      }
+    }
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, (std::vector<int>{10, 11})) << (ordered ? "imap" : "imap_unordered");
+    EXPECT_EQ(failures, 1);
+  }
+  // Stepping without looking passes the first item too.
+  auto results = p.imap(fails_on_13, std::vector<int>{1, 2, 3}, 1);
+  auto it = results.begin();
+  ++it;
+  EXPECT_EQ(*it, 2);
 }
 
 TEST(pool_misuse, a_pool_needs_a_runtime) { EXPECT_THROW(manta::pool{}, manta::usage_error); }

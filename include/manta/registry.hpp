@@ -234,7 +234,14 @@ void invoke_map(const function_info& info, invocation& inv) {
   std::vector<X> xs = decode<std::vector<X>>({a.data, a.size});
   std::vector<R> out;
   out.reserve(xs.size());
-  for (auto& x : xs) out.push_back(f(pass_param<P>(x)));
+  for (auto&& x : xs) {
+    if constexpr (std::is_same_v<X, bool>) {  // std::vector<bool> hands out proxies
+      bool b = x;
+      out.push_back(f(pass_param<P>(b)));
+    } else {
+      out.push_back(f(pass_param<P>(x)));
+    }
+  }
   inv.set_result(0, encode(out));
 }
 

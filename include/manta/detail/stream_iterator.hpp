@@ -26,7 +26,9 @@ class stream_iterator {
   using value_type = V;
   using difference_type = std::ptrdiff_t;
   stream_iterator() = default;
-  explicit stream_iterator(Stream* s) : stream_(s) { ++*this; }
+  /// The first item is taken at the first look, not here: `begin()` never
+  /// throws, and a first item that failed throws from `*` like any other.
+  explicit stream_iterator(Stream* s) : stream_(s), behind_(true) {}
   /// @throws what moving on past a failed item threw (the item after it failed too)
   const V& operator*() const {
     settle();
@@ -34,6 +36,7 @@ class stream_iterator {
     return *current_;
   }
   stream_iterator& operator++() {
+    if (!started_) settle();  // (past the first item, looked at or not)
     current_.reset();
     failure_ = nullptr;
     behind_ = true;  // (until next() returns: if it throws, the next look moves on)
@@ -53,6 +56,7 @@ class stream_iterator {
   void settle() const {
     if (!behind_) return;
     behind_ = false;
+    started_ = true;
     try {
       current_ = stream_->next();
     } catch (...) {
@@ -69,6 +73,7 @@ class stream_iterator {
   mutable std::optional<V> current_;
   mutable std::exception_ptr failure_;
   mutable bool behind_ = false;
+  mutable bool started_ = false;  ///< the first item was taken
 };
 
 }  // namespace manta::detail
