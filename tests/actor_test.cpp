@@ -132,6 +132,16 @@ class actors : public manta::testing::runtime_fixture, public ::testing::WithPar
 };
 INSTANTIATE_TEST_SUITE_P(workers, actors, ::testing::Values(1, 2));
 
+TEST(actor_misuse, an_actor_before_init_names_the_call) {
+  try {
+    manta::actor<Counter>().remote(1);
+    FAIL() << "no exception";
+  } catch (const manta::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("actor<T>().remote needs a running runtime"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_P(actors, keep_state_and_run_calls_in_submission_order) {
   auto c = manta::actor<Counter>().remote(10);
   std::vector<manta::object_ref<int>> refs;
@@ -285,6 +295,22 @@ TEST_P(actors, calls_in_flight_are_retried_only_when_allowed) {
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   EXPECT_THROW(manta::get(lost, 20s), manta::actor_died_error);
   EXPECT_EQ(manta::get(not_retried.task(&Counter::increment).remote(), 20s), 1);  // restarted
+}
+
+TEST_P(actors, calls_queued_behind_a_crashing_call_run_after_the_restart) {
+  // They never ran: they are not the crash's, and run on the restarted actor
+  // (they failed saying the actor "died while running this call").
+  auto c = manta::actor<Counter>().max_restarts(1).remote();
+  EXPECT_EQ(manta::get(c.task(&Counter::read).remote(), 20s), 0);
+  auto crashing = c.task(&Counter::block_until_killed).remote();
+  int pid = read_pid();
+  ASSERT_GT(pid, 0);
+  auto first = c.task(&Counter::increment).remote();
+  auto second = c.task(&Counter::increment).remote();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_THROW(manta::get(crashing, 20s), manta::actor_died_error);
+  EXPECT_EQ(manta::get(first, 20s), 1);
+  EXPECT_EQ(manta::get(second, 20s), 2);
 }
 
 TEST_P(actors, exceptions_in_methods_and_constructors) {

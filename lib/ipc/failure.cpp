@@ -79,8 +79,11 @@ error_info error_from_exception(std::exception_ptr current, const std::string& n
     return {error_kind::task_exception, detail::demangle(typeid(e).name()), bounded(e.what()), name,
             {}, pid, 0};
   } catch (...) {
-    return {error_kind::task_exception, "unknown exception", "a non-std exception was thrown", name,
-            {}, pid, 0};
+    // `throw 42`, a user's own class: its type is known to the C++ runtime.
+    const std::type_info* type = abi::__cxa_current_exception_type();
+    const std::string type_name = type ? detail::demangle(type->name()) : "unknown exception";
+    return {error_kind::task_exception, type_name, "a non-std exception of type " + type_name + " was thrown",
+            name, {}, pid, 0};
   }
 }
 

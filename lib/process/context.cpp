@@ -219,7 +219,12 @@ ref_node* ref_from_id(const object_id& id) {
 
 void submit(task_request&& request, ref_node** returns) {
   context_use use;
-  require_context("task(...).remote").submit(std::move(request), returns);
+  // (Named as the caller wrote it.)
+  const char* what = request.mode == call_mode::construct ? "actor<T>().remote"
+                     : request.mode == call_mode::method  ? "handle.task(&T::method).remote"
+                     : request.mode == call_mode::call    ? "task(f).remote"
+                                                          : "pool";
+  require_context(what).submit(std::move(request), returns);
 }
 
 ref_node* find_actor(const std::string& name, std::uint64_t class_tag) {

@@ -197,6 +197,12 @@ void scheduler::actor_dispatch(actor_record& a) {
 
 void scheduler::actor_host_died(worker_link& w, const std::string& cause) {
   actor_record& a = *w.actor;
+  // Which calls had started: a host running one call at a time records it (a
+  // threaded one does not: all its calls count as started).
+  const std::vector<std::uint64_t> running = running_keys(w);
+  auto started = [&](const task_spec* t) {
+    return a.options().max_concurrency > 1 || std::find(running.begin(), running.end(), t->key) != running.end();
+  };
   std::vector<task_spec*> lost(w.place.in_flight.begin(), w.place.in_flight.end());
   std::vector<task_spec*> calls;
   for (task_spec* t : lost) {
@@ -214,9 +220,14 @@ void scheduler::actor_host_died(worker_link& w, const std::string& cause) {
     ++a.restarts;
     actor_restarts_.fetch_add(1, std::memory_order_relaxed);
     MANTA_INFO << "actor " << a.label << " died (" << cause << "); restart " << a.restarts;
+    // Starting before any call fails: a failed call lets its actor dispatch the
+    // ones behind it, which went to the dead process and were lost.
+    a.st = actor_record::state::starting;
     for (auto it = calls.rbegin(); it != calls.rend(); ++it) {  // keep their order at the front
       task_spec* t = *it;
-      if (w.killed_to_cancel) {  // killed for another call's timeout: not this one's fault
+      // Killed for another call's timeout, or queued behind the call that
+      // crashed: not this one's fault.
+      if (w.killed_to_cancel || !started(t)) {
         graph_.enter(t, a.queue, /*at_front=*/true);
       } else if (a.options().max_task_retries < 0 || t->attempts < a.options().max_task_retries) {
         ++t->attempts;
@@ -226,7 +237,6 @@ void scheduler::actor_host_died(worker_link& w, const std::string& cause) {
         fail_task(t, actor_error(a, "died (" + cause + ") while running this call"));
       }
     }
-    a.st = actor_record::state::starting;
     request_spawn(a.host);
     return;
   }
