@@ -177,6 +177,15 @@ TEST_F(waiting, extra_workers_end_once_the_waits_end) {
   EXPECT_EQ(manta::get(manta::task(twice).remote(21), 30s), 42);
 }
 
+TEST_F(waiting, a_loop_whose_rounds_wait_reuses_its_extra_worker) {
+  // Each round's parent waits for a child that may not nest (its timeout): an
+  // idle extra worker stays a while for the next round instead of ending at once.
+  start(1);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(manta::get(manta::task(parent_of_timed_child).remote(i), 30s), 2 * i + 1);
+  EXPECT_LE(manta::detail::counters().extra_workers_started, 10u);
+  EXPECT_GE(manta::detail::counters().extra_workers_started, 1u);
+}
+
 TEST_F(waiting, a_crash_deep_in_a_nested_chain_does_not_run_away) {
   start(2);
   // Deep enough to overflow a worker's stack, nested on one worker.

@@ -412,7 +412,9 @@ void worker_context::submit(detail::task_request&& r, ref_node** returns) {
   }
   for (auto* d : r.deps) dep_ids.push_back(d->id);
   try {
-    send(ipc::submit{r.function->id, submitting_task(), r.mode, r.arg_count, r.options,
+    // (A thread the task started submits as nobody's child: it may outlive the
+    // task, and what runs nested on the main thread meanwhile is not its parent.)
+    send(ipc::submit{r.function->id, current_task_key(), r.mode, r.arg_count, r.options,
                      r.actor ? r.actor->id : object_id{}, out_ids, dep_ids, r.contained, r.args});
   } catch (const ipc::frame_too_large& e) {
     for (auto* n : outs) {

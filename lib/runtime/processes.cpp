@@ -40,10 +40,22 @@ void scheduler::request_spawn(int slot) {
 
 void scheduler::balance_extra_workers(bool starved) {
   if (stopping_ || lost_) return;
+  using clock = std::chrono::steady_clock;
+  const auto now = clock::now();
   const std::size_t waiting = static_cast<std::size_t>(place_.all_waiting());
-  for (std::size_t i = 0; i < extras_.size() && extras_.size() > waiting;) {
+  auto check_at = clock::time_point::max();
+  for (std::size_t i = 0; i < extras_.size();) {
     worker_link& w = link(extras_[i]);
     if (w.st.load(std::memory_order_relaxed) != worker_link::state::alive || !w.place.in_flight.empty()) {
+      w.idle_since = {};
+      ++i;
+      continue;
+    }
+    if (w.idle_since == clock::time_point{}) w.idle_since = now;
+    // A surplus one ends once idle for a while: a loop whose every round waits
+    // would otherwise fork and kill one per round.
+    if (extras_.size() <= waiting || now - w.idle_since < extra_idle_limit) {
+      if (extras_.size() > waiting) check_at = std::min(check_at, w.idle_since + extra_idle_limit);
       ++i;
       continue;
     }
@@ -53,7 +65,12 @@ void scheduler::balance_extra_workers(bool starved) {
     host_.kill(w.pid);
     extras_.erase(extras_.begin() + static_cast<std::ptrdiff_t>(i));
   }
-  if (!starved || extras_.size() >= waiting || extras_.size() >= cfg_.max_extra_workers) return;
+  const auto before = std::exchange(extras_check_at_, check_at);
+  note_next_timeout();
+  if (check_at < before) host_.wake();  // the I/O thread may sleep with no deadline
+  // Half of the slots above the pool stay for actors.
+  const std::size_t cap = std::min(cfg_.max_extra_workers, (cfg_.max_slots - cfg_.pool_size) / 2);
+  if (!starved || extras_.size() >= waiting || extras_.size() >= cap || now < extra_spawn_after_) return;
   const int slot = free_host_slot();
   if (slot < 0) return;  // every slot holds a process: the pool stays as it is
   worker_link& w = link(slot);
@@ -118,8 +135,9 @@ void scheduler::spawn_failed(int slot, const std::string& why) {
     dispatch();
     return;
   }
-  if (w.place.extra) {  // not needed to run the pool's size: asked again when a task needs it
+  if (w.place.extra) {  // not needed to run the pool's size: asked again when a task needs it, not at once
     forget_extra(w);
+    extra_spawn_after_ = std::chrono::steady_clock::now() + extra_idle_limit;
     return;
   }
   // A pool worker: the pool runs one short until a process can be started
@@ -139,8 +157,13 @@ void scheduler::respawn_missing() {
 
 void scheduler::forget_extra(worker_link& w) {
   w.place.extra = false;
+  w.idle_since = {};
   place_.remove_worker(&w.place);
   std::erase(extras_, w.slot);
+  if (extras_.empty()) {  // (no surplus left to end: the I/O thread must not wake for it)
+    extras_check_at_ = std::chrono::steady_clock::time_point::max();
+    note_next_timeout();
+  }
 }
 
 void scheduler::malformed(worker_link& w, const std::string& why) {
@@ -221,12 +244,17 @@ void scheduler::cancel_orphans(const std::vector<std::uint64_t>& parents, pid_t 
     });
     if (held) continue;
     MANTA_DEBUG << "cancelling '" << t->name() << "': the process that submitted it died and nothing holds its results";
+    // Running in a process with other tasks (nested above or below them), it
+    // is not killed with them: its results fail now, and it runs to its end
+    // (killing the process retried the others, and cancelled what they had
+    // submitted in turn: one crash could end most of the pool).
+    const bool shares_its_process = t->worker >= 0 && link(t->worker).place.in_flight.size() > 1;
     stop_task(t,
               ipc::error_info{ipc::error_kind::cancelled, "manta::task_cancelled_error",
                               "manta: task '" + t->name() + "' was cancelled: worker pid " + std::to_string(pid) +
                                   ", which submitted it, died from " + cause + ", and nothing else held its results",
                               t->name(), {}, 0, 0},
-              -1);
+              shares_its_process ? t->worker : -1);
   }
 }
 
@@ -308,6 +336,7 @@ void scheduler::lose_node(const std::string& why) {
     }
     place_.lost(w.place);
     close_link(w);
+    if (w.place.extra) forget_extra(w);
     if (actor_record* a = std::exchange(w.actor, nullptr)) a->host = -1;
   }
   for (auto& a : actors_) actor_dead(*a, *lost_);

@@ -692,7 +692,8 @@ void scheduler::time_out_call(task_spec* t, worker_link& host, const std::string
 
 void scheduler::note_next_timeout() noexcept {
   const auto next =
-      std::min(timeouts_.empty() ? std::chrono::steady_clock::time_point::max() : timeouts_.top().due, alloc_retry_at_);
+      std::min({timeouts_.empty() ? std::chrono::steady_clock::time_point::max() : timeouts_.top().due,
+                alloc_retry_at_, extras_check_at_});
   next_timeout_.store(next.time_since_epoch().count(), std::memory_order_release);
 }
 

@@ -68,6 +68,8 @@ struct worker_link {
   std::unordered_map<std::uint64_t, int> limited_calls;
   bool retiring = false;
   bool dirty = false, write_armed = false;
+  /// An extra worker: since when it has had nothing to run (or zero: busy).
+  std::chrono::steady_clock::time_point idle_since{};
 };
 
 /// What the scheduler needs from outside: processes and the pipes' readiness.
@@ -369,6 +371,12 @@ class scheduler {
   void forget_extra(worker_link& w);
   /// Extra workers alive or starting, not retiring (their slots).
   std::vector<int> extras_;
+  /// How long a surplus extra worker stays idle before it ends (Ray's idle
+  /// workers: 1 s); after a failed start, how long none is started.
+  static constexpr std::chrono::milliseconds extra_idle_limit{1000};
+  /// When a surplus idle extra worker is due to end (time_point::max(): none).
+  std::chrono::steady_clock::time_point extras_check_at_ = std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point extra_spawn_after_{};
   void close_link(worker_link& w);
   void pool_worker_died(worker_link& w, int status);
   /// The keys of the tasks `w`'s process was executing (not merely queued), as
