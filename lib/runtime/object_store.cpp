@@ -23,48 +23,29 @@ object_store::object_store(store::arena& arena, std::string spill_dir)
 std::uint64_t object_store::allocate(std::size_t size) {
   std::uint64_t off = arena_.allocate(size);
   if (off != store::no_extent) return off;
-  std::lock_guard lock(mu_);
-  return allocate_locked(size);
-}
-
-std::uint64_t object_store::allocate_locked(std::size_t size) {
-  std::uint64_t off = arena_.allocate(size);
-  if (off != store::no_extent) return off;
   std::string spill_failure;
   if (size <= arena_.capacity()) {
-    // Least recently used (oldest) first, among the objects nobody reads now. A
-    // reader may stamp one after `now` was read: its age is negative, the newest.
-    const std::uint32_t now = clock_.load(std::memory_order_relaxed);
-    std::vector<std::pair<std::int32_t, object_entry*>> cold;
-    for (object_entry* e : resident_)
-      if (e->pins.load(std::memory_order_relaxed) == 0)
-        cold.emplace_back(static_cast<std::int32_t>(now - e->last_use.load(std::memory_order_relaxed)), e);
-    std::sort(cold.begin(), cold.end(), std::greater<>());
-    for (auto& [age, e] : cold) {
-      std::int32_t unpinned = 0;
-      if (!e->pins.compare_exchange_strong(unpinned, object_entry::spilled_mark,
-                                           std::memory_order_acq_rel))
-        continue;  // pinned meanwhile
-      try {
-        e->spill_at = file_.write(arena_.base() + e->offset, e->size);
-      } catch (const std::system_error& x) {
-        // A full disk fails this allocation now rather than retrying.
-        e->pins.store(0, std::memory_order_release);
-        spill_failure = x.what();
+    for (;;) {
+      // A batch of the coldest objects nobody reads, about enough to make room,
+      // taken under the lock; written with it released; then given up and the
+      // room taken at once (a reader waiting for one of them must not take it).
+      std::vector<object_entry*> batch = take_victims(size);
+      if (batch.empty()) {
+        off = arena_.allocate(size);  // (another thread's spill may have made room)
+        if (off != store::no_extent) return off;
         break;
       }
-      arena_.deallocate(std::exchange(e->offset, ipc::no_offset));
-      resident_.erase(e);
-      on_disk_.insert(e);
-      if (timeline_ && timeline_->on())
-        timeline_->instant("spill", ::getpid(), std::to_string(e->size) + " bytes to the spill file");
-      ++spilled_;
-      ++spilled_now_;
-      off = arena_.allocate(size);
+      spill_failure = write_out(batch, size, off);
       if (off != store::no_extent) return off;
+      if (!spill_failure.empty()) break;  // a full disk fails this allocation now rather than retrying
     }
   }
-  std::uint64_t pinned = 0;
+  throw object_store_full(no_room(size, spill_failure));
+}
+
+std::string object_store::no_room(std::size_t size, const std::string& spill_failure) const {
+  std::lock_guard lock(mu_);
+  std::uint64_t pinned = restoring_bytes_;
   for (object_entry* e : resident_)
     if (e->pins.load(std::memory_order_relaxed) > 0) pinned += e->size;
   std::string msg = "manta: " + std::to_string(size) + " bytes do not fit in the object store (" +
@@ -73,12 +54,104 @@ std::uint64_t object_store::allocate_locked(std::size_t size) {
                     " bytes held by readers)";
   msg += spill_failure.empty() ? " and nothing more can be spilled"
                                : "; spilling failed: " + spill_failure;
-  throw object_store_full(msg);
+  return msg;
+}
+
+bool object_store::could_make_room(std::size_t size) const {
+  if (size > arena_.capacity()) return false;
+  std::lock_guard lock(mu_);
+  std::uint64_t room = arena_.free_bytes();
+  for (object_entry* e : resident_)
+    if (e->pins.load(std::memory_order_relaxed) == 0 && !busy_.count(e)) room += e->size;
+  return room >= size || writing_ > 0;  // (what is being written out frees its room soon)
+}
+
+std::vector<object_entry*> object_store::take_victims(std::size_t size) {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    std::vector<object_entry*> batch = take_victims_locked(size);
+    // Another thread is writing objects out: once they are gone there may be
+    // room, or they may be all there was to spill. Wait for them, then look again.
+    if (!batch.empty() || writing_ == 0) return batch;
+    const std::uint64_t seen = written_;
+    settled_.wait(lock, [&] { return written_ != seen; });
+    if (arena_.free_bytes() >= size) return batch;  // (empty: the caller tries the arena again)
+  }
+}
+
+std::vector<object_entry*> object_store::take_victims_locked(std::size_t size) {
+  // Least recently used (oldest) first, among the objects nobody reads now. A
+  // reader may stamp one after `now` was read: its age is negative, the newest.
+  const std::uint32_t now = clock_.load(std::memory_order_relaxed);
+  std::vector<std::pair<std::int32_t, object_entry*>> cold;
+  for (object_entry* e : resident_)
+    if (e->pins.load(std::memory_order_relaxed) == 0 && !busy_.count(e))
+      cold.emplace_back(static_cast<std::int32_t>(now - e->last_use.load(std::memory_order_relaxed)), e);
+  std::sort(cold.begin(), cold.end(), std::greater<>());
+  std::vector<object_entry*> batch;
+  std::uint64_t freed = arena_.free_bytes();
+  for (auto& [age, e] : cold) {
+    if (freed >= size && !batch.empty()) break;  // (free bytes may be scattered: the caller asks again)
+    std::int32_t unpinned = 0;
+    // Marked spilled from now on: a reader that wants it waits until it is
+    // written, then reads it back (restore).
+    if (!e->pins.compare_exchange_strong(unpinned, object_entry::spilled_mark, std::memory_order_acq_rel))
+      continue;  // pinned meanwhile
+    busy_.insert(e);
+    batch.push_back(e);
+    freed += e->size;
+  }
+  writing_ += batch.size();
+  return batch;
+}
+
+std::string object_store::write_out(const std::vector<object_entry*>& batch, std::size_t size, std::uint64_t& off) {
+  std::string failure;
+  std::vector<std::uint64_t> at(batch.size(), 0);
+  std::size_t written = 0;
+  {
+    std::lock_guard io(io_mu_);  // the file's, not the store's: readers and sealers go on meanwhile
+    take_releases();
+    for (; written < batch.size(); ++written) {
+      try {
+        at[written] = file_.write(arena_.base() + batch[written]->offset, batch[written]->size);
+      } catch (const std::system_error& x) {
+        failure = x.what();
+        break;
+      }
+    }
+  }
+  std::lock_guard lock(mu_);
+  writing_ -= batch.size();
+  ++written_;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    object_entry* e = batch[i];
+    busy_.erase(e);
+    if (i >= written) {  // not written: it stays
+      e->pins.store(0, std::memory_order_release);
+      continue;
+    }
+    e->spill_at = at[i];
+    arena_.deallocate(std::exchange(e->offset, ipc::no_offset));
+    resident_.erase(e);
+    on_disk_.insert(e);
+    if (timeline_ && timeline_->on())
+      timeline_->instant("spill", ::getpid(), std::to_string(e->size) + " bytes to the spill file");
+    ++spilled_;
+    ++spilled_now_;
+  }
+  off = arena_.allocate(size);
+  settled_.notify_all();
+  return failure;
+}
+
+void object_store::take_releases() {
+  for (auto [at, size] : std::exchange(releases_, {})) file_.release(at, size);
 }
 
 bool object_store::fits_once_unpinned(std::size_t size) {
   std::lock_guard lock(mu_);
-  std::uint64_t room = arena_.free_bytes();
+  std::uint64_t room = arena_.free_bytes() + restoring_bytes_;  // (a reader reading one back holds it next)
   for (object_entry* e : resident_)
     if (e->pins.load(std::memory_order_relaxed) > 0) room += e->size;
   return room >= size;
@@ -114,9 +187,10 @@ void object_store::forget(object_entry* e) noexcept {
     if (e->offset != ipc::no_offset) arena_.deallocate(e->offset);
     return;
   }
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  settled_.wait(lock, [&] { return !busy_.count(e); });  // being written out: its extent is read
   if (e->pins.load(std::memory_order_acquire) == object_entry::spilled_mark) {
-    file_.release(e->spill_at, e->size);
+    release_range(e->spill_at, e->size);
     on_disk_.erase(e);
     --spilled_now_;
   } else {
@@ -126,33 +200,78 @@ void object_store::forget(object_entry* e) noexcept {
 }
 
 void object_store::pin(object_entry* e) {
-  if (!e->large) return;
+  if (!try_pin(e)) restore(e);
+}
+
+bool object_store::try_pin(object_entry* e) noexcept {
+  if (!e->large) return true;
   stamp(e);
   std::int32_t p = e->pins.load(std::memory_order_acquire);
   while (p >= 0)
-    if (e->pins.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) return;
-  restore(e);
+    if (e->pins.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) return true;
+  return false;
 }
 
 void object_store::restore(object_entry* e) {
-  std::lock_guard lock(mu_);
-  std::int32_t p = e->pins.load(std::memory_order_acquire);
-  while (p >= 0)  // another reader brought it back meanwhile
-    if (e->pins.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) return;
-  std::uint64_t off = allocate_locked(e->size);
+  {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      std::int32_t p = e->pins.load(std::memory_order_acquire);
+      while (p >= 0)  // another reader brought it back meanwhile (or its spill failed)
+        if (e->pins.compare_exchange_weak(p, p + 1, std::memory_order_acq_rel)) return;
+      if (!busy_.count(e)) break;
+      settled_.wait(lock);  // being written out, or read back by another reader
+    }
+    busy_.insert(e);
+  }
+  // The I/O goes on with the store's lock released (room first: that may spill others).
+  auto done = [&](std::uint64_t off) {
+    std::lock_guard lock(mu_);
+    busy_.erase(e);
+    if (off != ipc::no_offset) restoring_bytes_ -= e->size;
+    if (off != ipc::no_offset) {
+      release_range(e->spill_at, e->size);
+      on_disk_.erase(e);
+      --spilled_now_;
+      ++restored_;
+      e->offset = off;
+      resident_.insert(e);
+      e->pins.store(1, std::memory_order_release);
+    }
+    settled_.notify_all();
+  };
+  std::uint64_t off;
   try {
+    off = allocate(e->size);
+  } catch (...) {
+    done(ipc::no_offset);
+    throw;
+  }
+  {
+    std::lock_guard lock(mu_);
+    restoring_bytes_ += e->size;
+  }
+  try {
+    std::lock_guard io(io_mu_);
     file_.read(e->spill_at, arena_.base() + off, e->size);
   } catch (const std::system_error& x) {
     arena_.deallocate(off);
+    {
+      std::lock_guard lock(mu_);
+      restoring_bytes_ -= e->size;
+    }
+    done(ipc::no_offset);
     throw error(std::string("manta: a spilled object could not be restored: ") + x.what());
   }
-  file_.release(e->spill_at, e->size);
-  on_disk_.erase(e);
-  --spilled_now_;
-  ++restored_;
-  e->offset = off;
-  resident_.insert(e);
-  e->pins.store(1, std::memory_order_release);
+  done(off);
+}
+
+void object_store::release_range(std::uint64_t at, std::size_t size) {
+  // Under mu_: the file is io_mu_'s, and a write may hold it for seconds. The
+  // range is punched by the next spill, or now if the file is free.
+  releases_.emplace_back(at, size);
+  std::unique_lock io(io_mu_, std::try_to_lock);
+  if (io.owns_lock()) take_releases();
 }
 
 void object_store::repin(object_entry* e) noexcept {
@@ -164,8 +283,14 @@ void object_store::unpin(object_entry* e) noexcept {
 }
 
 detail::spill_counters object_store::stats() const {
-  std::lock_guard lock(mu_);
-  return {spilled_, restored_, spilled_now_, file_.disk_bytes()};
+  detail::spill_counters s;
+  {
+    std::lock_guard lock(mu_);
+    s = {spilled_, restored_, spilled_now_, 0};
+  }
+  std::lock_guard io(io_mu_);
+  s.disk_bytes = file_.disk_bytes();
+  return s;
 }
 
 }  // namespace manta::runtime

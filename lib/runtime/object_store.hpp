@@ -7,8 +7,10 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <vector>
 #include <string>
 #include <unordered_set>
 
@@ -29,9 +31,17 @@ class object_store {
   std::byte* base() const noexcept { return arena_.base(); }
   store::arena& arena() noexcept { return arena_; }
 
-  /// An extent of `size` bytes, spilling unpinned objects to make room.
+  /// An extent of `size` bytes, spilling unpinned objects to make room (the
+  /// disk's work done with the store's lock released; still, never call it
+  /// under the scheduler's: the spiller does, for the scheduler).
   /// @throws object_store_full naming the sizes involved, or why spilling failed.
   std::uint64_t allocate(std::size_t size);
+  /// Whether spilling might make room for `size` bytes: what is free plus what
+  /// nobody reads covers it (or objects are being written out now).
+  bool could_make_room(std::size_t size) const;
+  /// Why `size` bytes do not fit ("manta: ... bytes do not fit ..."), with why
+  /// spilling failed, if it did.
+  std::string no_room(std::size_t size, const std::string& spill_failure = {}) const;
   /// An extent only if one fits without spilling (optional grants), else no_extent.
   std::uint64_t try_allocate(std::size_t size) { return arena_.allocate(size); }
   /// Whether `size` bytes would fit once readers let go of what they pin now.
@@ -47,6 +57,9 @@ class object_store {
   /// @throws object_store_full if there is no room to bring them back; error if
   /// the spill file cannot be read.
   void pin(object_entry* e);
+  /// Pins `e` if its bytes are in the arena (no disk work): false if they are
+  /// spilled, or being written out (then `pin`, off the scheduler's lock).
+  bool try_pin(object_entry* e) noexcept;
   /// Another pin of an object this caller already pinned: never reads the disk.
   void repin(object_entry* e) noexcept;
   void unpin(object_entry* e) noexcept;
@@ -64,8 +77,20 @@ class object_store {
   void set_timeline(observe::timeline* t) noexcept { timeline_ = t; }
 
  private:
-  std::uint64_t allocate_locked(std::size_t size);
+  /// Marks the coldest objects nobody reads as spilled, about `size` bytes of
+  /// them (busy until written out).
+  std::vector<object_entry*> take_victims(std::size_t size);
+  std::vector<object_entry*> take_victims_locked(std::size_t size);
+  /// Writes `batch` to the spill file with only the file's lock held, then
+  /// frees their extents (those it could not write stay) and, under the same
+  /// hold of the lock, allocates `size` bytes into `off` (or no_extent).
+  /// @returns why not all were written, or "".
+  std::string write_out(const std::vector<object_entry*>& batch, std::size_t size, std::uint64_t& off);
   void restore(object_entry* e);
+  /// A range of the spill file is no longer needed (under mu_).
+  void release_range(std::uint64_t at, std::size_t size);
+  /// Punches the released ranges (under io_mu_).
+  void take_releases();
   /// Marks `e` used now (its 32-bit stamp of clock_).
   void stamp(object_entry* e);
   /// Every `age_cap` uses: no resident object's age stays above age_cap, so
@@ -73,9 +98,22 @@ class object_store {
   void cap_ages(std::uint32_t now);
   static constexpr std::uint32_t age_cap = 1u << 29;
 
+  // Two locks, never held together: the store's bookkeeping (mu_), below the
+  // scheduler's mutex, and the spill file (io_mu_), held for the length of a
+  // write or read. A sealer, a reader or the scheduler never waits for the disk
+  // (a multi-gigabyte spill stalled every one of them).
   store::arena& arena_;
-  mutable std::mutex mu_;  // spilling and restoring; below the scheduler's mutex
-  store::spill_file file_;
+  mutable std::mutex mu_;
+  mutable std::mutex io_mu_;
+  store::spill_file file_;  ///< io_mu_'s
+  std::vector<std::pair<std::uint64_t, std::size_t>> releases_;  ///< ranges to punch (mu_'s)
+  /// Objects being written out or read back (mu_'s): a reader of one waits.
+  std::unordered_set<object_entry*> busy_;
+  std::condition_variable settled_;  ///< an object left busy_
+  std::size_t writing_ = 0;    ///< of busy_, those being written out (mu_'s)
+  std::uint64_t written_ = 0;  ///< batches written out so far (mu_'s)
+  /// Bytes of the extents objects are being read back into: held by readers (mu_'s).
+  std::uint64_t restoring_bytes_ = 0;
   std::unordered_set<object_entry*> resident_;  ///< tracked objects in the arena
   std::unordered_set<object_entry*> on_disk_;   ///< tracked objects in the spill file
   observe::timeline* timeline_ = nullptr;
