@@ -20,9 +20,25 @@ namespace manta::runtime {
 object_store::object_store(store::arena& arena, std::string spill_dir)
     : arena_(arena), file_(std::move(spill_dir)) {}
 
-std::uint64_t object_store::allocate(std::size_t size) {
-  std::uint64_t off = arena_.allocate(size);
+std::uint64_t object_store::allocate(std::size_t size) { return allocate(size, false); }
+
+std::uint64_t object_store::allocate(std::size_t size, bool for_reader) {
+  std::uint64_t off = store::no_extent;
+  if (for_reader) {
+    // Taken and counted as held by a reader at once: a writer waiting for room
+    // then waits for this reader, never for one that has no room yet.
+    std::lock_guard lock(mu_);
+    off = arena_.allocate(size);
+    if (off != store::no_extent) restoring_bytes_ += size;
+  } else {
+    off = arena_.allocate(size);
+  }
   if (off != store::no_extent) return off;
+  // Who gets the room a spill makes is decided one at a time, as before the
+  // disk's work left the store's lock (readers and writers waiting for room
+  // rely on it); nothing else waits for this lock.
+  std::unique_lock serial(alloc_mu_, std::defer_lock);
+  if (!alloc_held_here) serial.lock();
   std::string spill_failure;
   if (size <= arena_.capacity()) {
     for (;;) {
@@ -31,11 +47,13 @@ std::uint64_t object_store::allocate(std::size_t size) {
       // room taken at once (a reader waiting for one of them must not take it).
       std::vector<object_entry*> batch = take_victims(size);
       if (batch.empty()) {
+        std::lock_guard lock(mu_);
         off = arena_.allocate(size);  // (another thread's spill may have made room)
-        if (off != store::no_extent) return off;
-        break;
+        if (off == store::no_extent) break;
+        if (for_reader) restoring_bytes_ += size;
+        return off;
       }
-      spill_failure = write_out(batch, size, off);
+      spill_failure = write_out(batch, size, for_reader, off);
       if (off != store::no_extent) return off;
       if (!spill_failure.empty()) break;  // a full disk fails this allocation now rather than retrying
     }
@@ -105,7 +123,8 @@ std::vector<object_entry*> object_store::take_victims_locked(std::size_t size) {
   return batch;
 }
 
-std::string object_store::write_out(const std::vector<object_entry*>& batch, std::size_t size, std::uint64_t& off) {
+std::string object_store::write_out(const std::vector<object_entry*>& batch, std::size_t size, bool for_reader,
+                                    std::uint64_t& off) {
   std::string failure;
   std::vector<std::uint64_t> at(batch.size(), 0);
   std::size_t written = 0;
@@ -141,6 +160,7 @@ std::string object_store::write_out(const std::vector<object_entry*>& batch, std
     ++spilled_now_;
   }
   off = arena_.allocate(size);
+  if (for_reader && off != store::no_extent) restoring_bytes_ += size;
   settled_.notify_all();
   return failure;
 }
@@ -212,7 +232,14 @@ bool object_store::try_pin(object_entry* e) noexcept {
   return false;
 }
 
+thread_local bool object_store::alloc_held_here = false;
+
 void object_store::restore(object_entry* e) {
+  std::lock_guard serial(alloc_mu_);  // (see allocate)
+  alloc_held_here = true;
+  struct unmark {
+    ~unmark() { alloc_held_here = false; }
+  } unmark_on_exit;
   {
     std::unique_lock lock(mu_);
     for (;;) {
@@ -225,10 +252,10 @@ void object_store::restore(object_entry* e) {
     busy_.insert(e);
   }
   // The I/O goes on with the store's lock released (room first: that may spill others).
-  auto done = [&](std::uint64_t off) {
+  auto done = [&](std::uint64_t off, bool had_room) {
     std::lock_guard lock(mu_);
     busy_.erase(e);
-    if (off != ipc::no_offset) restoring_bytes_ -= e->size;
+    if (had_room) restoring_bytes_ -= e->size;
     if (off != ipc::no_offset) {
       release_range(e->spill_at, e->size);
       on_disk_.erase(e);
@@ -242,28 +269,20 @@ void object_store::restore(object_entry* e) {
   };
   std::uint64_t off;
   try {
-    off = allocate(e->size);
+    off = allocate(e->size, /*for_reader=*/true);
   } catch (...) {
-    done(ipc::no_offset);
+    done(ipc::no_offset, false);
     throw;
-  }
-  {
-    std::lock_guard lock(mu_);
-    restoring_bytes_ += e->size;
   }
   try {
     std::lock_guard io(io_mu_);
     file_.read(e->spill_at, arena_.base() + off, e->size);
   } catch (const std::system_error& x) {
     arena_.deallocate(off);
-    {
-      std::lock_guard lock(mu_);
-      restoring_bytes_ -= e->size;
-    }
-    done(ipc::no_offset);
+    done(ipc::no_offset, true);
     throw error(std::string("manta: a spilled object could not be restored: ") + x.what());
   }
-  done(off);
+  done(off, true);
 }
 
 void object_store::release_range(std::uint64_t at, std::size_t size) {

@@ -85,7 +85,11 @@ class object_store {
   /// frees their extents (those it could not write stay) and, under the same
   /// hold of the lock, allocates `size` bytes into `off` (or no_extent).
   /// @returns why not all were written, or "".
-  std::string write_out(const std::vector<object_entry*>& batch, std::size_t size, std::uint64_t& off);
+  std::string write_out(const std::vector<object_entry*>& batch, std::size_t size, bool for_reader,
+                        std::uint64_t& off);
+  /// allocate, for a reader reading an object back (`for_reader`): its room
+  /// counts as held by readers from the moment it is taken.
+  std::uint64_t allocate(std::size_t size, bool for_reader);
   void restore(object_entry* e);
   /// A range of the spill file is no longer needed (under mu_).
   void release_range(std::uint64_t at, std::size_t size);
@@ -105,6 +109,10 @@ class object_store {
   store::arena& arena_;
   mutable std::mutex mu_;
   mutable std::mutex io_mu_;
+  /// Held by whoever spills to make room or reads an object back, for the
+  /// whole of it (above mu_ and io_mu_): room goes to one asker at a time.
+  std::mutex alloc_mu_;
+  static thread_local bool alloc_held_here;  ///< this thread holds alloc_mu_ (a restore allocating)
   store::spill_file file_;  ///< io_mu_'s
   std::vector<std::pair<std::uint64_t, std::size_t>> releases_;  ///< ranges to punch (mu_'s)
   /// Objects being written out or read back (mu_'s): a reader of one waits.
@@ -112,7 +120,7 @@ class object_store {
   std::condition_variable settled_;  ///< an object left busy_
   std::size_t writing_ = 0;    ///< of busy_, those being written out (mu_'s)
   std::uint64_t written_ = 0;  ///< batches written out so far (mu_'s)
-  /// Bytes of the extents objects are being read back into: held by readers (mu_'s).
+  /// Bytes of objects being read back: held by readers (mu_'s).
   std::uint64_t restoring_bytes_ = 0;
   std::unordered_set<object_entry*> resident_;  ///< tracked objects in the arena
   std::unordered_set<object_entry*> on_disk_;   ///< tracked objects in the spill file
