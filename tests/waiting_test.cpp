@@ -190,7 +190,14 @@ TEST_F(waiting, a_crash_deep_in_a_nested_chain_does_not_run_away) {
   start(2);
   // Deep enough to overflow a worker's stack, nested on one worker.
   auto r = manta::task(chain).max_retries(1).remote(1'000'000);
-  EXPECT_THROW(manta::get(r, 60s), manta::worker_crashed_error);
+  // The crash: in the outer task's own worker, or (the chain split over both
+  // workers) in a child's, whose failure the outer task's get raised.
+  try {
+    manta::get(r, 60s);
+    FAIL() << "no exception";
+  } catch (const manta::error& e) {
+    EXPECT_NE(std::string(e.what()).find("SIGSEGV"), std::string::npos) << e.what();
+  }
   // The attempts' children were cancelled, not retried: nothing is left, and
   // other work runs.
   EXPECT_TRUE(manta::testing::eventually([] { return manta::detail::task_count() == 0; }, 20s))

@@ -145,7 +145,7 @@ void scheduler::send_constructor(worker_link& host, actor_record& a) {
   task_spec* raw = t.get();
   graph_.add(std::move(t));
   a.st = actor_record::state::constructing;
-  send_task(host, *raw);
+  send_task(host, *raw, /*may_defer=*/false);  // (its state says constructing: it goes now)
   mark_dirty(host, true);
 }
 
@@ -188,8 +188,9 @@ void scheduler::actor_dispatch(actor_record& a) {
   };
   while (!a.queue.empty() && a.queue.front()->pending_deps == 0 && a.st == actor_record::state::alive &&
          !(waits_for_room(*a.queue.front()) && busy())) {
-    send_task(w, *a.queue.front());  // at once if the actor was idle, else with its next result's flush
-    sent = true;
+    task_spec& t = *a.queue.front();
+    if (!send_task(w, t)) break;  // an argument is being read back (restored() dispatches every actor)
+    sent = true;  // at once if the actor was idle, else with its next result's flush
   }
   // With several calls at once, one in flight may wait for one of these: send now.
   if (sent && a.options().max_concurrency > 1) mark_dirty(w, true);

@@ -289,28 +289,69 @@ void scheduler::on_put(worker_link& w, const ipc::put& m) {
 }
 
 void scheduler::on_alloc(worker_link& w, const ipc::alloc_request& m) {
-  std::uint64_t off = ipc::no_offset;
-  try {
-    off = store_.allocate(m.size);  // spills cold objects if it must
+  const std::uint64_t off = store_.try_allocate(m.size);  // (spilling is the spiller's, off the lock)
+  if (off != store::no_extent) {
     w.extents[off] = m.size;
-  } catch (const object_store_full& e) {
-    // Values other workers are writing cannot be spilled until they are sealed,
-    // which is soon: two large results at once must not fail for that.
-    // And a reader (the driver copying a value out, a task reading its
-    // argument) holds what could be spilled only for a moment, mostly.
-    const auto now = std::chrono::steady_clock::now();
-    waiting_alloc a{w.slot, w.generation, m.request, m.size, now};
-    if (waits_for_room(a, now)) {
-      waiting_allocs_.push_back(a);
-      w.awaiting_room = true;
-      schedule_alloc_retry();
-      return;
-    }
-    MANTA_DEBUG << e.what();  // the worker's task fails with object_store_full, saying why
-    send_to(w, ipc::alloc_reply{m.request, off, e.what()}, true);
+    send_to(w, ipc::alloc_reply{m.request, off}, true);
     return;
   }
-  send_to(w, ipc::alloc_reply{m.request, off}, true);
+  w.awaiting_room = true;
+  const auto now = std::chrono::steady_clock::now();
+  find_room({w.slot, w.generation, m.request, m.size, now}, now, {});
+}
+
+void scheduler::find_room(waiting_alloc a, std::chrono::steady_clock::time_point now,
+                          const std::string& spill_failure) {
+  worker_link& w = link(a.slot);
+  // A spill that failed is tried again a few times, while spilling could
+  // still make room: what it found pinned may have been let go since.
+  if (now - a.since < alloc_writers_wait && a.spills_failed < max_spill_tries && store_.could_make_room(a.size)) {
+    a.spilling = true;
+    waiting_allocs_.push_back(a);
+    host_.make_room(a.slot, a.generation, a.request, a.size);
+    return;
+  }
+  // Values other workers are writing cannot be spilled until they are sealed,
+  // which is soon: two large results at once must not fail for that.
+  // And a reader (the driver copying a value out, a task reading its
+  // argument) holds what could be spilled only for a moment, mostly.
+  if (waits_for_room(a, now)) {
+    a.spilling = false;
+    waiting_allocs_.push_back(a);
+    schedule_alloc_retry();
+    return;
+  }
+  const std::string why = spill_failure.empty() ? store_.no_room(a.size) : spill_failure;
+  MANTA_DEBUG << why;  // the worker's task fails with object_store_full, saying why
+  w.awaiting_room = false;
+  send_to(w, ipc::alloc_reply{a.request, ipc::no_offset, why}, true);
+}
+
+void scheduler::room_made(int slot, std::uint64_t generation, std::uint64_t request, std::uint64_t offset,
+                          const std::string& why, bool disk_failed) {
+  auto it = std::find_if(waiting_allocs_.begin(), waiting_allocs_.end(), [&](const waiting_alloc& a) {
+    return a.spilling && a.slot == slot && a.generation == generation && a.request == request;
+  });
+  worker_link* w = slot >= 0 && slot < slots_in_use() ? &link(slot) : nullptr;
+  if (it == waiting_allocs_.end() || !w || w->generation != generation ||
+      w->st.load(std::memory_order_relaxed) != worker_link::state::alive) {
+    if (offset != ipc::no_offset) store_.deallocate(offset);  // its worker is gone
+    if (it != waiting_allocs_.end()) waiting_allocs_.erase(it);
+    return;
+  }
+  waiting_alloc a = *it;
+  waiting_allocs_.erase(it);
+  if (offset != ipc::no_offset) {
+    w->extents[offset] = a.size;
+    w->awaiting_room = false;
+    send_to(*w, ipc::alloc_reply{a.request, offset}, true);
+  } else {
+    // Nothing could be spilled (a reader held it): tried again while spilling
+    // could make room; the disk failed: not again.
+    a.spills_failed = disk_failed ? max_spill_tries : a.spills_failed + 1;
+    find_room(a, std::chrono::steady_clock::now(), why.empty() ? store_.no_room(a.size) : why);
+  }
+  schedule_alloc_retry();
 }
 
 bool scheduler::waits_for_room(waiting_alloc& a, std::chrono::steady_clock::time_point now) {
@@ -327,14 +368,18 @@ void scheduler::schedule_alloc_retry() {
   auto next = std::chrono::steady_clock::time_point::max();
   const auto soon = std::chrono::steady_clock::now() + alloc_retry_every;
   for (const auto& a : waiting_allocs_)
-    next = std::min(next, a.readers_until != std::chrono::steady_clock::time_point::max() ? soon
-                                                                                         : a.since + alloc_writers_wait);
+    if (!a.spilling)
+      next = std::min(next, a.readers_until != std::chrono::steady_clock::time_point::max() ? soon
+                                                                                           : a.since + alloc_writers_wait);
   const auto before = std::exchange(alloc_retry_at_, next);
   note_next_timeout();
   if (next < before) host_.wake();  // the I/O thread may sleep with no deadline
 }
 
 bool scheduler::others_writing(int slot) const {
+  // One the spiller makes room for now writes next (room_made), waiting for nobody.
+  for (const waiting_alloc& a : waiting_allocs_)
+    if (a.spilling && a.slot != slot) return true;
   for (int i = 0; i < slots_in_use(); ++i) {
     const worker_link* l = links_[static_cast<std::size_t>(i)].get();
     if (l->slot == slot || l->extents.empty() || l->st.load(std::memory_order_relaxed) != worker_link::state::alive)
@@ -352,22 +397,19 @@ void scheduler::retry_waiting_allocs() {
   const auto now = std::chrono::steady_clock::now();
   for (auto& a : waiting) {
     worker_link& w = link(a.slot);
-    if (w.generation != a.generation || w.st.load(std::memory_order_relaxed) != worker_link::state::alive) continue;
-    std::uint64_t off = ipc::no_offset;
-    std::string why;
-    try {
-      off = store_.allocate(a.size);  // (what was sealed meanwhile is spilled for it)
-      w.extents[off] = a.size;
-    } catch (const object_store_full& e) {
-      if (waits_for_room(a, now)) {
-        waiting_allocs_.push_back(a);
-        continue;
-      }
-      MANTA_DEBUG << e.what();
-      why = e.what();
+    if (a.spilling) {  // the spiller answers (room_made), even for a worker gone: its extent goes back then
+      waiting_allocs_.push_back(a);
+      continue;
     }
+    if (w.generation != a.generation || w.st.load(std::memory_order_relaxed) != worker_link::state::alive) continue;
+    const std::uint64_t off = store_.try_allocate(a.size);
+    if (off == store::no_extent) {
+      find_room(a, now, {});  // (what was sealed meanwhile may be spilled for it)
+      continue;
+    }
+    w.extents[off] = a.size;
     w.awaiting_room = false;
-    send_to(w, ipc::alloc_reply{a.request, off, why}, true);
+    send_to(w, ipc::alloc_reply{a.request, off}, true);
   }
   schedule_alloc_retry();
 }

@@ -151,6 +151,9 @@ node_runtime::node_runtime(const options& opts)
                                                                    : store::arena::default_size());
   store_ = std::make_unique<object_store>(*arena_, log_dir_ + "/spill");
   store_->set_timeline(&timeline_);
+  spiller_ = std::make_unique<spiller>(*store_, [this](const spiller::job& j, const spiller::outcome& out) {
+    spiller_answered(j, out);
+  });
   if (const char* path = std::getenv("MANTA_TIMELINE"); path && *path) {
     timeline_path_ = path;
     timeline_.name_process(pid_, "driver");
@@ -276,6 +279,7 @@ void node_runtime::begin_stop() {
   stopping_.store(true, std::memory_order_release);
   address_.reset();  // its thread reads the scheduler
   monitor_.reset();  // its thread takes the scheduler's lock
+  spiller_.reset();  // so does its (jobs not done are dropped)
   arena_->stop_warming();  // it reads the control block, unmapped below
   wake_io();
   if (io_thread_.joinable()) io_thread_.join();
@@ -459,6 +463,17 @@ void node_runtime::offer_named(actor_record& a) {
   a.remote_key = cluster_->id() + "/d" + std::to_string(++remote_actors_);
   a.awaiting_name = true;  // (it starts once the head took the name: two drivers may pick one at once)
   cluster_->offer_actor(a.remote_key, a.class_tag, a.name);
+}
+
+void node_runtime::spiller_answered(const spiller::job& j, const spiller::outcome& out) {
+  process::context_use use;  // as in remote_finished
+  scheduler_lock lock(*this);
+  if (j.what == spiller::job::kind::room) {
+    sched_->room_made(j.slot, j.generation, j.request, out.offset, out.error, out.disk_failed);
+  } else {
+    sched_->restored(j.entry, out.offset == 0, out.error);  // (takes the pin and the count over)
+  }
+  sched_->flush_dirty();
 }
 
 void node_runtime::offer_answered(const std::string& key, const std::string& why) {

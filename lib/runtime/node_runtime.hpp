@@ -42,6 +42,7 @@
 #include "runtime/object_store.hpp"
 #include "runtime/output_forwarder.hpp"
 #include "runtime/scheduler.hpp"
+#include "runtime/spiller.hpp"
 #include "runtime/zygote_link.hpp"
 #include "store/arena.hpp"
 
@@ -250,6 +251,10 @@ class node_runtime final : public process::process_context, public scheduler_hos
                         std::uint64_t class_tag, std::string& error) override;
   bool names_in_cluster() override { return serving_ && cluster_; }
   void offer_named(actor_record& a) override;
+  void make_room(int slot, std::uint64_t generation, std::uint64_t request, std::uint64_t size) override {
+    spiller_->post({spiller::job::kind::room, slot, generation, request, size, nullptr});
+  }
+  void restore(object_entry* e) override { spiller_->post({spiller::job::kind::restore, -1, 0, 0, 0, e}); }
   /// Sends `e` (counted, the count given to the sender) as `ask` asks, or object_lost.
   void send_object_now(const bridge::object_note& ask, object_entry* e);
   /// A remote task's outcome made ready for the scheduler.
@@ -358,6 +363,10 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::unique_ptr<output_forwarder> output_;
   std::unique_ptr<scheduler> sched_;  ///< guarded by mu_
   std::unique_ptr<memory_monitor> monitor_;  ///< options.memory_threshold; made last, stopped first
+  /// The store's disk work for the scheduler (make_room, restore), off mu_.
+  std::unique_ptr<spiller> spiller_;
+  /// A job of the spiller done (on its thread): hands the outcome to the scheduler.
+  void spiller_answered(const spiller::job& j, const spiller::outcome& out);
   std::unique_ptr<observe::control_server> address_;  ///< the tools' socket; stopped before the rest
   /// The head this runtime hosts as rank 0 of a launch (outlives cluster_).
   std::unique_ptr<launch_head> launch_head_;

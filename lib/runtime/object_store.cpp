@@ -22,8 +22,21 @@ object_store::object_store(store::arena& arena, std::string spill_dir)
 
 std::uint64_t object_store::allocate(std::size_t size) { return allocate(size, false); }
 
+std::uint64_t object_store::allocate(std::size_t size, std::string& spill_failure) {
+  std::uint64_t off = store::no_extent;
+  spill_failure = make_room(size, false, off);
+  return off == store::no_extent ? ipc::no_offset : off;
+}
+
 std::uint64_t object_store::allocate(std::size_t size, bool for_reader) {
   std::uint64_t off = store::no_extent;
+  const std::string spill_failure = make_room(size, for_reader, off);
+  if (off == store::no_extent) throw object_store_full(no_room(size, spill_failure));
+  return off;
+}
+
+std::string object_store::make_room(std::size_t size, bool for_reader, std::uint64_t& off) {
+  off = store::no_extent;
   if (for_reader) {
     // Taken and counted as held by a reader at once: a writer waiting for room
     // then waits for this reader, never for one that has no room yet.
@@ -33,7 +46,7 @@ std::uint64_t object_store::allocate(std::size_t size, bool for_reader) {
   } else {
     off = arena_.allocate(size);
   }
-  if (off != store::no_extent) return off;
+  if (off != store::no_extent) return {};
   // Who gets the room a spill makes is decided one at a time, as before the
   // disk's work left the store's lock (readers and writers waiting for room
   // rely on it); nothing else waits for this lock.
@@ -51,14 +64,14 @@ std::uint64_t object_store::allocate(std::size_t size, bool for_reader) {
         off = arena_.allocate(size);  // (another thread's spill may have made room)
         if (off == store::no_extent) break;
         if (for_reader) restoring_bytes_ += size;
-        return off;
+        return {};
       }
       spill_failure = write_out(batch, size, for_reader, off);
-      if (off != store::no_extent) return off;
+      if (off != store::no_extent) return {};
       if (!spill_failure.empty()) break;  // a full disk fails this allocation now rather than retrying
     }
   }
-  throw object_store_full(no_room(size, spill_failure));
+  return spill_failure;
 }
 
 std::string object_store::no_room(std::size_t size, const std::string& spill_failure) const {

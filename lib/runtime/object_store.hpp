@@ -36,6 +36,9 @@ class object_store {
   /// under the scheduler's: the spiller does, for the scheduler).
   /// @throws object_store_full naming the sizes involved, or why spilling failed.
   std::uint64_t allocate(std::size_t size);
+  /// As allocate, but no_offset (and, if writing to the spill file failed,
+  /// why in `spill_failure`) instead of throwing.
+  std::uint64_t allocate(std::size_t size, std::string& spill_failure);
   /// Whether spilling might make room for `size` bytes: what is free plus what
   /// nobody reads covers it (or objects are being written out now).
   bool could_make_room(std::size_t size) const;
@@ -90,6 +93,9 @@ class object_store {
   /// allocate, for a reader reading an object back (`for_reader`): its room
   /// counts as held by readers from the moment it is taken.
   std::uint64_t allocate(std::size_t size, bool for_reader);
+  /// Takes `size` bytes into `off` (no_extent: no room), spilling for them.
+  /// @returns why writing to the spill file failed, or ""
+  std::string make_room(std::size_t size, bool for_reader, std::uint64_t& off);
   void restore(object_entry* e);
   /// A range of the spill file is no longer needed (under mu_).
   void release_range(std::uint64_t at, std::size_t size);

@@ -350,21 +350,60 @@ void scheduler::dispatch() {
       ++i;
       continue;
     }
-    send_task(link(w->slot), *t);  // takes it out of the ready queue
+    if (!send_task(link(w->slot), *t)) ++i;  // (sent, it leaves the ready queue; an argument being read back: it stays)
   }
   if (starved) balance_extra_workers(true);
 }
 
-std::optional<std::string> scheduler::pin_inputs(task_spec& t) {
-  std::size_t i = 0;
-  try {
-    for (; i < t.deps.size(); ++i) store_.pin(t.deps[i]);
-  } catch (const std::exception& e) {
+scheduler::pinned scheduler::pin_inputs(task_spec& t, bool may_defer, std::string& why) {
+  for (std::size_t i = 0; i < t.deps.size(); ++i) {
+    object_entry* e = t.deps[i];
+    if (store_.try_pin(e)) continue;
+    pinned result = pinned::failed;
+    if (auto f = restore_failed_.find(e); f != restore_failed_.end()) {
+      why = f->second;
+    } else if (may_defer) {
+      request_restore(e);  // read back off the lock; the dispatch after it sends `t`
+      result = pinned::deferred;
+    } else {
+      try {
+        store_.pin(e);  // (a constructor sent to its new process: at once, rare)
+        continue;
+      } catch (const std::exception& x) {
+        why = x.what();
+      }
+    }
     while (i-- > 0) store_.unpin(t.deps[i]);
-    return e.what();
+    return result;
   }
   t.inputs_pinned = true;
-  return std::nullopt;
+  return pinned::all;
+}
+
+scheduler::restore_wait& scheduler::request_restore(object_entry* e) {
+  auto [it, fresh] = restoring_.try_emplace(e);
+  if (fresh) {  // (else asked already)
+    detail::acquire(e);  // (the spiller's, given back by restored)
+    host_.restore(e);
+  }
+  return it->second;
+}
+
+void scheduler::restored(object_entry* e, bool ok, const std::string& why) {
+  restore_wait waiting;
+  if (auto it = restoring_.find(e); it != restoring_.end()) {
+    waiting = std::move(it->second);
+    restoring_.erase(it);
+  }
+  // While the spiller's pin keeps it in the arena, what waited pins it too.
+  if (!ok) restore_failed_[e] = why;
+  for (const subscriber& s : waiting.subscribers) notify(s, e);
+  for (auto& a : actors_)  // (rare: an actor whose next call reads it waits in its queue)
+    if (!a->queue.empty()) actor_dispatch(*a);
+  dispatch();
+  restore_failed_.erase(e);
+  if (ok) store_.unpin(e);
+  detail::release(e);
 }
 
 void scheduler::unpin_inputs(task_spec& t) {
@@ -372,20 +411,27 @@ void scheduler::unpin_inputs(task_spec& t) {
   for (auto* e : t.deps) store_.unpin(e);
 }
 
-void scheduler::send_task(worker_link& w, task_spec& t) {
-  if (auto why = pin_inputs(t)) {
-    // A spilled argument finds no room to come back: the call fails, not the node.
-    ipc::error_info err{ipc::error_kind::object_store_full, "manta::object_store_full",
-                        "manta: an argument of '" + t.name() + "' could not be read back: " + *why,
-                        t.name(), {}, 0, 0};
-    if (t.mode == detail::call_mode::construct) {
-      actor_record& a = *t.actor;
-      graph_.remove(&t);
-      constructed(a, &err);
-    } else {
-      fail_task(&t, err);
+bool scheduler::send_task(worker_link& w, task_spec& t, bool may_defer) {
+  std::string why;
+  switch (pin_inputs(t, may_defer, why)) {
+    case pinned::all:
+      break;
+    case pinned::deferred:
+      return false;
+    case pinned::failed: {
+      // A spilled argument finds no room to come back: the call fails, not the node.
+      ipc::error_info err{ipc::error_kind::object_store_full, "manta::object_store_full",
+                          "manta: an argument of '" + t.name() + "' could not be read back: " + why,
+                          t.name(), {}, 0, 0};
+      if (t.mode == detail::call_mode::construct) {
+        actor_record& a = *t.actor;
+        graph_.remove(&t);
+        constructed(a, &err);
+      } else {
+        fail_task(&t, err);
+      }
+      return true;
     }
-    return;
   }
   const bool was_waiting = w.place.in_flight.empty() ||
                            w.place.blocked == static_cast<int>(w.place.in_flight.size());
@@ -435,6 +481,7 @@ void scheduler::send_task(worker_link& w, task_spec& t) {
           ipc::run_task{t.key, t.fn->id, t.mode, concurrency, t.options().name, send_ids_, t.grant, grant_size,
                         gpus, send_args_},
           was_waiting);
+  return true;
 }
 
 void scheduler::mark_dirty(worker_link& w, bool now) {
@@ -490,12 +537,15 @@ void scheduler::notify(const subscriber& s, object_entry* e) {
     auto held = w.holds.find(e->id);
     if (held == w.holds.end()) return;
     if (!held->second) {
-      try {
-        store_.pin(e);
+      if (store_.try_pin(e)) {
         held->second = true;
-      } catch (const std::exception& x) {
+      } else if (auto f = restore_failed_.find(e); f != restore_failed_.end()) {
         m.ok = false;
-        m.error = {ipc::error_kind::object_store_full, "manta::object_store_full", x.what(), {}, {}, 0, 0};
+        m.error = {ipc::error_kind::object_store_full, "manta::object_store_full", f->second, {}, {}, 0, 0};
+      } else {
+        // Spilled: read back off the lock, then told (restored).
+        request_restore(e).subscribers.push_back(s);
+        return;
       }
     }
     if (m.ok)
@@ -710,6 +760,7 @@ std::map<std::string, double> scheduler::resources(bool available_only) const {
 
 void scheduler::clear() {
   waiting_allocs_.clear();  // (their workers are gone)
+  restoring_.clear();       // (the spiller is stopped: its counts went with its jobs)
   alloc_retry_at_ = std::chrono::steady_clock::time_point::max();
   graph_.clear();
   for (auto& [name, e] : actor_names_) detail::release(e);

@@ -116,6 +116,12 @@ class scheduler_host {
   /// A named actor of this node was created (a driver of a cluster offers it
   /// there, so the name is known cluster-wide). Never blocks.
   virtual void offer_named(actor_record& a) = 0;
+  /// Make room for the worker's request by spilling, off the scheduler's lock
+  /// (runtime/spiller); answer through scheduler::room_made. Never blocks.
+  virtual void make_room(int slot, std::uint64_t generation, std::uint64_t request, std::uint64_t size) = 0;
+  /// Read `e` back from the spill file off the lock (one count of `e` is
+  /// given with it); answer through scheduler::restored. Never blocks.
+  virtual void restore(object_entry* e) = 0;
 
  protected:
   ~scheduler_host() = default;
@@ -275,6 +281,14 @@ class scheduler {
   /// Pids of the processes holding a ref to each object they hold.
   std::unordered_map<object_id, std::vector<pid_t>> holders() const;
   placement& placer() noexcept { return place_; }
+  /// The answer to host_.make_room: the extent taken for the request (or
+  /// no_offset, and why not). A worker gone meanwhile: it goes back.
+  void room_made(int slot, std::uint64_t generation, std::uint64_t request, std::uint64_t offset,
+                 const std::string& why, bool disk_failed);
+  /// The answer to host_.restore: `e` was read back and pinned (`ok`; the pin
+  /// and the count given are dropped here once what waited took its own), or
+  /// could not be (`why`: what waited for it fails, object_store_full).
+  void restored(object_entry* e, bool ok, const std::string& why);
   /// Whether workers are writing values into extents now (sealed soon, and
   /// then spillable): a reader that finds no room to read one back may wait.
   bool values_being_written() const { return others_writing(-1); }
@@ -289,8 +303,25 @@ class scheduler {
   void register_task(task_spec* t);
   /// `t`'s arguments are sealed: into the ready queue, or off to the cluster.
   void enqueue(task_spec* t);
-  void send_task(worker_link& w, task_spec& t);
-  std::optional<std::string> pin_inputs(task_spec& t);
+  /// Sends `t` to `w`, or fails it if an argument cannot be read back.
+  /// @returns false if it stays where it is: an argument is being read back
+  /// from the spill file (with `may_defer`; else that is done here, at once).
+  bool send_task(worker_link& w, task_spec& t, bool may_defer = true);
+  enum class pinned { all, deferred, failed };
+  /// Pins `t`'s stored arguments. One spilled is read back off the lock
+  /// (deferred) unless `!may_defer`; `why` says why one cannot be (failed).
+  pinned pin_inputs(task_spec& t, bool may_defer, std::string& why);
+  /// What waits for each object being read back: workers to tell where it
+  /// lies. Tasks in the ready queue and actors' calls are sent by the
+  /// dispatch that follows.
+  struct restore_wait {
+    std::vector<subscriber> subscribers;
+  };
+  /// Asks the host to read `e` back, once; what waits for it (restoring_).
+  restore_wait& request_restore(object_entry* e);
+  std::unordered_map<object_entry*, restore_wait> restoring_;
+  /// While restored() dispatches: objects that could not be read back, and why.
+  std::unordered_map<object_entry*, std::string> restore_failed_;
   void unpin_inputs(task_spec& t);
   /// Seals `e` with the value at `loc` (in `from`'s extent, if large).
   void seal(object_entry* e, const ipc::value_location& loc, std::vector<object_id> contained,
@@ -415,7 +446,14 @@ class scheduler {
     std::chrono::steady_clock::time_point since;  ///< it waits at most alloc_writers_wait from then
     /// When it stops waiting for readers to unpin (max until it waits for them).
     std::chrono::steady_clock::time_point readers_until = std::chrono::steady_clock::time_point::max();
+    bool spilling = false;  ///< the spiller makes room for it now (room_made answers)
+    int spills_failed = 0;  ///< spills that made no room for it (a reader took the object meanwhile, or the disk is full)
   };
+  /// What `a`, which found no room, does now: the spiller makes room (if
+  /// spilling may, and did not just fail with `spill_failure`), it waits
+  /// (waits_for_room), or it is refused.
+  void find_room(waiting_alloc a, std::chrono::steady_clock::time_point now, const std::string& spill_failure);
+  static constexpr int max_spill_tries = 64;  ///< (and alloc_writers_wait at most)
   std::vector<waiting_alloc> waiting_allocs_;
   /// When the waiting room requests are tried again (readers unpin without a message).
   std::chrono::steady_clock::time_point alloc_retry_at_ = std::chrono::steady_clock::time_point::max();

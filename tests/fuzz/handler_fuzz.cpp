@@ -65,6 +65,17 @@ struct quiet_host final : scheduler_host {
   }
   bool names_in_cluster() override { return false; }
   void offer_named(manta::runtime::actor_record&) override {}
+  // The spiller's jobs, done after each input (drain_spills).
+  struct room_job {
+    int slot;
+    std::uint64_t generation, request, size;
+  };
+  std::vector<room_job> rooms;
+  std::vector<object_entry*> restores;
+  void make_room(int slot, std::uint64_t generation, std::uint64_t request, std::uint64_t size) override {
+    rooms.push_back({slot, generation, request, size});
+  }
+  void restore(object_entry* e) override { restores.push_back(e); }
 };
 
 constexpr std::uint32_t epoch = epoch_of_fuzz;
@@ -356,7 +367,32 @@ struct world {
       }
       pos += sizeof h + ipc::pad8(h.size);
     }
+    drain_spills();
     sched->flush_dirty();
+  }
+  /// Does the spiller's jobs as node_runtime's thread would, then answers.
+  void drain_spills() {
+    while (!host.rooms.empty() || !host.restores.empty()) {
+      auto rooms = std::move(host.rooms);
+      host.rooms.clear();
+      for (const auto& r : rooms) {
+        std::string disk_error;
+        const std::uint64_t off = store.allocate(r.size, disk_error);
+        sched->room_made(r.slot, r.generation, r.request, off,
+                         off == ipc::no_offset ? store.no_room(r.size, disk_error) : "", !disk_error.empty());
+      }
+      auto restores = std::move(host.restores);
+      host.restores.clear();
+      for (object_entry* e : restores) {
+        std::string why;
+        try {
+          store.pin(e);
+        } catch (const std::exception& x) {
+          why = x.what();
+        }
+        sched->restored(e, why.empty(), why);
+      }
+    }
   }
 };
 
