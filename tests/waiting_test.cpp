@@ -52,9 +52,14 @@ int parent_of_timed_child(int x) {
   return manta::get(manta::task(slow_twice).timeout(5s).remote(x), 30s) + 1;
 }
 
+/// Each level takes 256 KiB of stack: a worker's 8 MiB overflows within a few
+/// dozen levels nested on it (fast under the sanitizers too).
 int chain(int n) {
   if (n == 0) return 0;
-  return manta::get(manta::task(chain).remote(n - 1)) + 1;
+  volatile char pad[256 << 10];
+  pad[0] = static_cast<char>(n);
+  pad[sizeof pad - 1] = pad[0];
+  return manta::get(manta::task(chain).remote(n - 1)) + 1 + (pad[sizeof pad - 1] - pad[0]);
 }
 
 int sleep_ms(int ms) {
