@@ -128,9 +128,9 @@ class scheduler_host {
 };
 
 /// How many extra workers a pool of `pool_size` may start while its workers
-/// wait: 8 per worker, at least 32 (Ray's nodes start a worker per blocked
+/// wait: 16 per worker, at least 64 (Ray's nodes start a worker per blocked
 /// task with no fixed bound; a bound keeps a runaway from forking hundreds).
-inline std::size_t max_extra_workers(std::size_t pool_size) { return std::max<std::size_t>(32, 8 * pool_size); }
+inline std::size_t max_extra_workers(std::size_t pool_size) { return std::max<std::size_t>(64, 16 * pool_size); }
 
 /// "signal 9 (SIGKILL: Killed)" or "exit status 3", from a wait status.
 std::string describe_exit(int status);
