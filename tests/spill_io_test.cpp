@@ -52,7 +52,8 @@ std::vector<double> make_block(double v, std::size_t bytes) { return std::vector
 int twice(int x) { return 2 * x; }
 double fifth_of_value(std::span<const double> xs) { return xs[5]; }
 double fifth_through_ref(manta::object_ref<std::vector<double>> r) { return manta::get(r)[5]; }
-MANTA_REMOTE(make_block, twice, fifth_of_value, fifth_through_ref);
+double sum_of_two(std::span<const double> a, std::span<const double> b) { return a[3] + b[3]; }
+MANTA_REMOTE(make_block, twice, fifth_of_value, fifth_through_ref, sum_of_two);
 
 void open_gate() {
   {
@@ -111,6 +112,19 @@ TEST_F(spill_io, tasks_and_workers_read_spilled_objects_back_off_the_lock) {
     EXPECT_EQ(manta::get(by_ref[static_cast<std::size_t>(i)], 30s), double(i));
   }
   EXPECT_GT(manta::detail::spilling().restored, 0u);
+}
+
+TEST_F(spill_io, a_task_whose_two_arguments_are_spilled_gets_both_back) {
+  // Brought back one at a time, each could spill the other, for ever: they
+  // come back together.
+  auto a = manta::put(std::vector<double>(24 * mib / sizeof(double), 1.0));
+  auto b = manta::put(std::vector<double>(24 * mib / sizeof(double), 2.0));
+  auto c = manta::put(std::vector<double>(40 * mib / sizeof(double), 3.0));  // spills a (and maybe b)
+  auto d = manta::put(std::vector<double>(40 * mib / sizeof(double), 4.0));  // spills the rest but itself
+  EXPECT_EQ(manta::get(manta::task(sum_of_two).remote(a, b), 30s), 3.0);
+  // Two that cannot be in the arena at once: a clear error, not a loop.
+  EXPECT_THROW(manta::get(manta::task(sum_of_two).remote(c, d), 30s), manta::object_store_full);
+  EXPECT_EQ(manta::get(manta::task(twice).remote(5), 20s), 10);
 }
 
 }  // namespace

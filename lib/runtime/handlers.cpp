@@ -282,8 +282,10 @@ void scheduler::on_put(worker_link& w, const ipc::put& m) {
   object_entry* e = dir_.create(m.id, 1);  // the worker's ref
   e->owner = w.pid;
   note_worker_id(m.id);
+  // The worker knows where the bytes lie while it holds them: pinned before
+  // the store tracks it (else the spiller could take it in between).
+  if (m.location.offset != ipc::no_offset) e->pins.store(1, std::memory_order_relaxed);
   seal(e, m.location, std::move(contained), &w);
-  store_.pin(e);  // it knows where the bytes lie while it holds them; just sealed, so in place
   w.holds.emplace(m.id, true);
   dir_.insert(e);
 }

@@ -279,7 +279,7 @@ void node_runtime::begin_stop() {
   stopping_.store(true, std::memory_order_release);
   address_.reset();  // its thread reads the scheduler
   monitor_.reset();  // its thread takes the scheduler's lock
-  spiller_.reset();  // so does its (jobs not done are dropped)
+  spiller_->stop();  // so does its (jobs not done are dropped; the scheduler may still post: dropped too)
   arena_->stop_warming();  // it reads the control block, unmapped below
   wake_io();
   if (io_thread_.joinable()) io_thread_.join();
@@ -471,7 +471,7 @@ void node_runtime::spiller_answered(const spiller::job& j, const spiller::outcom
   if (j.what == spiller::job::kind::room) {
     sched_->room_made(j.slot, j.generation, j.request, out.offset, out.error, out.disk_failed);
   } else {
-    sched_->restored(j.entry, out.offset == 0, out.error);  // (takes the pin and the count over)
+    sched_->restored(j.entries, out.offset == 0, out.failed_at, out.error);  // (takes the pins and counts over)
   }
   sched_->flush_dirty();
 }

@@ -252,9 +252,11 @@ class node_runtime final : public process::process_context, public scheduler_hos
   bool names_in_cluster() override { return serving_ && cluster_; }
   void offer_named(actor_record& a) override;
   void make_room(int slot, std::uint64_t generation, std::uint64_t request, std::uint64_t size) override {
-    spiller_->post({spiller::job::kind::room, slot, generation, request, size, nullptr});
+    spiller_->post({spiller::job::kind::room, slot, generation, request, size, {}});
   }
-  void restore(object_entry* e) override { spiller_->post({spiller::job::kind::restore, -1, 0, 0, 0, e}); }
+  void restore(std::vector<object_entry*> entries) override {
+    spiller_->post({spiller::job::kind::restore, -1, 0, 0, 0, std::move(entries)});
+  }
   /// Sends `e` (counted, the count given to the sender) as `ask` asks, or object_lost.
   void send_object_now(const bridge::object_note& ask, object_entry* e);
   /// A remote task's outcome made ready for the scheduler.

@@ -58,7 +58,7 @@ std::string object_store::make_room(std::size_t size, bool for_reader, std::uint
       // A batch of the coldest objects nobody reads, about enough to make room,
       // taken under the lock; written with it released; then given up and the
       // room taken at once (a reader waiting for one of them must not take it).
-      std::vector<object_entry*> batch = take_victims(size);
+      std::vector<victim> batch = take_victims(size);
       if (batch.empty()) {
         std::lock_guard lock(mu_);
         off = arena_.allocate(size);  // (another thread's spill may have made room)
@@ -97,10 +97,10 @@ bool object_store::could_make_room(std::size_t size) const {
   return room >= size || writing_ > 0;  // (what is being written out frees its room soon)
 }
 
-std::vector<object_entry*> object_store::take_victims(std::size_t size) {
+std::vector<object_store::victim> object_store::take_victims(std::size_t size) {
   std::unique_lock lock(mu_);
   for (;;) {
-    std::vector<object_entry*> batch = take_victims_locked(size);
+    std::vector<victim> batch = take_victims_locked(size);
     // Another thread is writing objects out: once they are gone there may be
     // room, or they may be all there was to spill. Wait for them, then look again.
     if (!batch.empty() || writing_ == 0) return batch;
@@ -110,7 +110,7 @@ std::vector<object_entry*> object_store::take_victims(std::size_t size) {
   }
 }
 
-std::vector<object_entry*> object_store::take_victims_locked(std::size_t size) {
+std::vector<object_store::victim> object_store::take_victims_locked(std::size_t size) {
   // Least recently used (oldest) first, among the objects nobody reads now. A
   // reader may stamp one after `now` was read: its age is negative, the newest.
   const std::uint32_t now = clock_.load(std::memory_order_relaxed);
@@ -119,7 +119,7 @@ std::vector<object_entry*> object_store::take_victims_locked(std::size_t size) {
     if (e->pins.load(std::memory_order_relaxed) == 0 && !busy_.count(e))
       cold.emplace_back(static_cast<std::int32_t>(now - e->last_use.load(std::memory_order_relaxed)), e);
   std::sort(cold.begin(), cold.end(), std::greater<>());
-  std::vector<object_entry*> batch;
+  std::vector<victim> batch;
   std::uint64_t freed = arena_.free_bytes();
   for (auto& [age, e] : cold) {
     if (freed >= size && !batch.empty()) break;  // (free bytes may be scattered: the caller asks again)
@@ -129,14 +129,14 @@ std::vector<object_entry*> object_store::take_victims_locked(std::size_t size) {
     if (!e->pins.compare_exchange_strong(unpinned, object_entry::spilled_mark, std::memory_order_acq_rel))
       continue;  // pinned meanwhile
     busy_.insert(e);
-    batch.push_back(e);
+    batch.push_back({e, e->offset, e->size});
     freed += e->size;
   }
   writing_ += batch.size();
   return batch;
 }
 
-std::string object_store::write_out(const std::vector<object_entry*>& batch, std::size_t size, bool for_reader,
+std::string object_store::write_out(const std::vector<victim>& batch, std::size_t size, bool for_reader,
                                     std::uint64_t& off) {
   std::string failure;
   std::vector<std::uint64_t> at(batch.size(), 0);
@@ -146,7 +146,8 @@ std::string object_store::write_out(const std::vector<object_entry*>& batch, std
     take_releases();
     for (; written < batch.size(); ++written) {
       try {
-        at[written] = file_.write(arena_.base() + batch[written]->offset, batch[written]->size);
+        // (Not through the entry: it may be freed meanwhile, see forget.)
+        at[written] = file_.write(arena_.base() + batch[written].offset, batch[written].size);
       } catch (const std::system_error& x) {
         failure = x.what();
         break;
@@ -157,8 +158,13 @@ std::string object_store::write_out(const std::vector<object_entry*>& batch, std
   writing_ -= batch.size();
   ++written_;
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    object_entry* e = batch[i];
+    object_entry* e = batch[i].entry;
     busy_.erase(e);
+    if (dropped_.erase(e)) {  // freed while it was written: its room and its range go, the entry is gone
+      if (i < written) release_range(at[i], batch[i].size);
+      arena_.deallocate(batch[i].offset);
+      continue;
+    }
     if (i >= written) {  // not written: it stays
       e->pins.store(0, std::memory_order_release);
       continue;
@@ -221,7 +227,16 @@ void object_store::forget(object_entry* e) noexcept {
     return;
   }
   std::unique_lock lock(mu_);
-  settled_.wait(lock, [&] { return !busy_.count(e); });  // being written out: its extent is read
+  if (busy_.count(e) && e->pins.load(std::memory_order_acquire) == object_entry::spilled_mark &&
+      e->offset != ipc::no_offset) {
+    // Being written out: the writer frees its room and range when done (the
+    // entry is not touched again). Waiting here held whoever freed it (the
+    // scheduler, under its lock) for the length of the write.
+    dropped_.insert(e);
+    resident_.erase(e);
+    return;
+  }
+  settled_.wait(lock, [&] { return !busy_.count(e); });  // (being read back: its reader holds it, so never)
   if (e->pins.load(std::memory_order_acquire) == object_entry::spilled_mark) {
     release_range(e->spill_at, e->size);
     on_disk_.erase(e);
@@ -320,8 +335,7 @@ detail::spill_counters object_store::stats() const {
     std::lock_guard lock(mu_);
     s = {spilled_, restored_, spilled_now_, 0};
   }
-  std::lock_guard io(io_mu_);
-  s.disk_bytes = file_.disk_bytes();
+  s.disk_bytes = file_.disk_bytes();  // (fstat: never waits for a write)
   return s;
 }
 

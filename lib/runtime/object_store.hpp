@@ -82,14 +82,20 @@ class object_store {
  private:
   /// Marks the coldest objects nobody reads as spilled, about `size` bytes of
   /// them (busy until written out).
-  std::vector<object_entry*> take_victims(std::size_t size);
-  std::vector<object_entry*> take_victims_locked(std::size_t size);
+  /// An object to write out, and where it lies (read under mu_: the entry may
+  /// be freed while it is written).
+  struct victim {
+    object_entry* entry;
+    std::uint64_t offset;
+    std::size_t size;
+  };
+  std::vector<victim> take_victims(std::size_t size);
+  std::vector<victim> take_victims_locked(std::size_t size);
   /// Writes `batch` to the spill file with only the file's lock held, then
   /// frees their extents (those it could not write stay) and, under the same
   /// hold of the lock, allocates `size` bytes into `off` (or no_extent).
   /// @returns why not all were written, or "".
-  std::string write_out(const std::vector<object_entry*>& batch, std::size_t size, bool for_reader,
-                        std::uint64_t& off);
+  std::string write_out(const std::vector<victim>& batch, std::size_t size, bool for_reader, std::uint64_t& off);
   /// allocate, for a reader reading an object back (`for_reader`): its room
   /// counts as held by readers from the moment it is taken.
   std::uint64_t allocate(std::size_t size, bool for_reader);
@@ -125,6 +131,8 @@ class object_store {
   std::unordered_set<object_entry*> busy_;
   std::condition_variable settled_;  ///< an object left busy_
   std::size_t writing_ = 0;    ///< of busy_, those being written out (mu_'s)
+  /// Of those, entries freed meanwhile (forget): the writer cleans up (mu_'s).
+  std::unordered_set<object_entry*> dropped_;
   std::uint64_t written_ = 0;  ///< batches written out so far (mu_'s)
   /// Bytes of objects being read back: held by readers (mu_'s).
   std::uint64_t restoring_bytes_ = 0;

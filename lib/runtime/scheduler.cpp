@@ -363,8 +363,18 @@ scheduler::pinned scheduler::pin_inputs(task_spec& t, bool may_defer, std::strin
     if (auto f = restore_failed_.find(e); f != restore_failed_.end()) {
       why = f->second;
     } else if (may_defer) {
-      request_restore(e);  // read back off the lock; the dispatch after it sends `t`
+      // Read back off the lock, all of its stored arguments together (one at
+      // a time, bringing one back could spill another, for ever); the dispatch
+      // after that sends `t`. Unless one already on its way is all it lacks.
       result = pinned::deferred;
+      bool on_its_way = true;
+      std::vector<object_entry*> stored;
+      for (object_entry* d : t.deps) {
+        if (!d->large) continue;
+        stored.push_back(d);
+        if (d->pins.load(std::memory_order_relaxed) < 0 && !restoring_.count(d)) on_its_way = false;
+      }
+      if (!on_its_way) request_restore(stored);
     } else {
       try {
         store_.pin(e);  // (a constructor sent to its new process: at once, rare)
@@ -380,30 +390,36 @@ scheduler::pinned scheduler::pin_inputs(task_spec& t, bool may_defer, std::strin
   return pinned::all;
 }
 
-scheduler::restore_wait& scheduler::request_restore(object_entry* e) {
-  auto [it, fresh] = restoring_.try_emplace(e);
-  if (fresh) {  // (else asked already)
+void scheduler::request_restore(const std::vector<object_entry*>& entries) {
+  for (object_entry* e : entries) {
+    ++restoring_[e].jobs;
     detail::acquire(e);  // (the spiller's, given back by restored)
-    host_.restore(e);
   }
-  return it->second;
+  host_.restore(entries);
 }
 
-void scheduler::restored(object_entry* e, bool ok, const std::string& why) {
-  restore_wait waiting;
-  if (auto it = restoring_.find(e); it != restoring_.end()) {
-    waiting = std::move(it->second);
-    restoring_.erase(it);
+void scheduler::restored(const std::vector<object_entry*>& entries, bool ok, std::size_t failed_at,
+                         const std::string& why) {
+  std::vector<std::pair<object_entry*, subscriber>> told;
+  for (object_entry* e : entries) {
+    auto it = restoring_.find(e);
+    if (it == restoring_.end()) continue;
+    for (const subscriber& s : it->second.subscribers) told.emplace_back(e, s);
+    it->second.subscribers.clear();
+    if (--it->second.jobs <= 0) restoring_.erase(it);
   }
-  // While the spiller's pin keeps it in the arena, what waited pins it too.
-  if (!ok) restore_failed_[e] = why;
-  for (const subscriber& s : waiting.subscribers) notify(s, e);
-  for (auto& a : actors_)  // (rare: an actor whose next call reads it waits in its queue)
+  if (!ok && failed_at < entries.size()) restore_failed_[entries[failed_at]] = why;
+  // While the spiller's pins keep them in the arena, what waited pins them too
+  // (a subscriber of one still spilled asks again).
+  for (auto& [e, s] : told) notify(s, e);
+  for (auto& a : actors_)  // (rare: an actor whose next call reads one waits in its queue)
     if (!a->queue.empty()) actor_dispatch(*a);
   dispatch();
-  restore_failed_.erase(e);
-  if (ok) store_.unpin(e);
-  detail::release(e);
+  restore_failed_.clear();
+  for (object_entry* e : entries) {
+    if (ok) store_.unpin(e);
+    detail::release(e);
+  }
 }
 
 void scheduler::unpin_inputs(task_spec& t) {
@@ -544,7 +560,8 @@ void scheduler::notify(const subscriber& s, object_entry* e) {
         m.error = {ipc::error_kind::object_store_full, "manta::object_store_full", f->second, {}, {}, 0, 0};
       } else {
         // Spilled: read back off the lock, then told (restored).
-        request_restore(e).subscribers.push_back(s);
+        if (!restoring_.count(e)) request_restore({e});
+        restoring_[e].subscribers.push_back(s);
         return;
       }
     }

@@ -119,9 +119,10 @@ class scheduler_host {
   /// Make room for the worker's request by spilling, off the scheduler's lock
   /// (runtime/spiller); answer through scheduler::room_made. Never blocks.
   virtual void make_room(int slot, std::uint64_t generation, std::uint64_t request, std::uint64_t size) = 0;
-  /// Read `e` back from the spill file off the lock (one count of `e` is
-  /// given with it); answer through scheduler::restored. Never blocks.
-  virtual void restore(object_entry* e) = 0;
+  /// Read `entries` back from the spill file off the lock and hold them
+  /// together (one count of each is given with them); answer through
+  /// scheduler::restored. Never blocks.
+  virtual void restore(std::vector<object_entry*> entries) = 0;
 
  protected:
   ~scheduler_host() = default;
@@ -285,10 +286,11 @@ class scheduler {
   /// no_offset, and why not). A worker gone meanwhile: it goes back.
   void room_made(int slot, std::uint64_t generation, std::uint64_t request, std::uint64_t offset,
                  const std::string& why, bool disk_failed);
-  /// The answer to host_.restore: `e` was read back and pinned (`ok`; the pin
-  /// and the count given are dropped here once what waited took its own), or
-  /// could not be (`why`: what waited for it fails, object_store_full).
-  void restored(object_entry* e, bool ok, const std::string& why);
+  /// The answer to host_.restore: `entries` were read back and pinned (`ok`;
+  /// the pins and the counts given are dropped here once what waited took its
+  /// own), or entries[failed_at] could not be (`why`: what waits for it fails,
+  /// object_store_full).
+  void restored(const std::vector<object_entry*>& entries, bool ok, std::size_t failed_at, const std::string& why);
   /// Whether workers are writing values into extents now (sealed soon, and
   /// then spillable): a reader that finds no room to read one back may wait.
   bool values_being_written() const { return others_writing(-1); }
@@ -316,9 +318,10 @@ class scheduler {
   /// dispatch that follows.
   struct restore_wait {
     std::vector<subscriber> subscribers;
+    int jobs = 0;  ///< restore jobs under way that bring it back
   };
-  /// Asks the host to read `e` back, once; what waits for it (restoring_).
-  restore_wait& request_restore(object_entry* e);
+  /// Asks the host to read `entries` back and hold them together.
+  void request_restore(const std::vector<object_entry*>& entries);
   std::unordered_map<object_entry*, restore_wait> restoring_;
   /// While restored() dispatches: objects that could not be read back, and why.
   std::unordered_map<object_entry*, std::string> restore_failed_;

@@ -9,7 +9,7 @@
 
 namespace manta::runtime {
 
-spiller::~spiller() {
+void spiller::stop() {
   std::deque<job> left;
   {
     std::lock_guard lock(mu_);
@@ -19,13 +19,13 @@ spiller::~spiller() {
   posted_.notify_all();
   if (thread_.joinable()) thread_.join();
   for (const job& j : left)
-    if (j.entry) detail::release(j.entry);
+    for (object_entry* e : j.entries) detail::release(e);
 }
 
 void spiller::post(job j) {
   std::lock_guard lock(mu_);
   if (stop_) {
-    if (j.entry) detail::release(j.entry);
+    for (object_entry* e : j.entries) detail::release(e);
     return;
   }
   jobs_.push_back(j);
@@ -52,8 +52,15 @@ void spiller::run() {
           out.disk_failed = !disk_error.empty();
         }
       } else {
-        store_.pin(j.entry);  // read back from the spill file (room first)
-        out.offset = 0;
+        std::size_t i = 0;
+        try {
+          for (; i < j.entries.size(); ++i) store_.pin(j.entries[i]);  // read back (room first), held
+          out.offset = 0;
+        } catch (...) {
+          out.failed_at = i;
+          while (i-- > 0) store_.unpin(j.entries[i]);
+          throw;
+        }
       }
     } catch (const std::exception& e) {
       out.error = e.what();

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ipc/messages.hpp"
 
@@ -29,13 +30,16 @@ class spiller {
     // room: for the worker in `slot` (its process `generation`), its request.
     int slot = -1;
     std::uint64_t generation = 0, request = 0, size = 0;
-    /// restore: the object to read back (the job holds one count of it).
-    object_entry* entry = nullptr;
+    /// restore: the objects to read back and hold together (a task's stored
+    /// arguments: one at a time, each brought back could spill the other); the
+    /// job holds one count of each.
+    std::vector<object_entry*> entries;
   };
   struct outcome {
     /// room: the extent taken for the request (no_offset: none). restore: 0
-    /// when the entry was read back and pinned for the scheduler to take over.
+    /// when every entry was read back and pinned for the scheduler to take over.
     std::uint64_t offset = ipc::no_offset;
+    std::size_t failed_at = 0;  ///< restore: the entry that could not be (none is pinned then)
     std::string error;  ///< why not (object_store_full's text, a read error)
     bool disk_failed = false;  ///< room: writing to the spill file failed (a full disk)
   };
@@ -44,8 +48,10 @@ class spiller {
   using answer_fn = std::function<void(const job&, const outcome&)>;
 
   spiller(object_store& store, answer_fn answer) : store_(store), answer_(std::move(answer)) {}
-  /// Stops the thread; jobs not done yet are dropped (their counts released).
-  ~spiller();
+  ~spiller() { stop(); }
+  /// Stops the thread (the job under way ends first, and is answered); jobs
+  /// not done yet are dropped, and later posts too (their counts released).
+  void stop();
   spiller(const spiller&) = delete;
   spiller& operator=(const spiller&) = delete;
 

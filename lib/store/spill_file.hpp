@@ -4,6 +4,7 @@
 // Each object's range is punched out of the file when it is read back or freed.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -28,7 +29,7 @@ class spill_file {
   void release(std::uint64_t at, std::size_t size) noexcept;
 
   const std::string& dir() const noexcept { return dir_; }
-  /// Bytes the file occupies on disk now.
+  /// Bytes the file occupies on disk now. Thread-safe (the rest is not).
   std::uint64_t disk_bytes() const noexcept;
 
  private:
@@ -36,7 +37,7 @@ class spill_file {
   void punch(std::uint64_t at, std::size_t size) noexcept;
 
   std::string dir_;
-  int fd_ = -1;
+  std::atomic<int> fd_{-1};  ///< (atomic: disk_bytes reads it while a write runs)
   std::uint64_t end_ = 0;    ///< where the next write goes
   std::uint64_t ranges_ = 0; ///< ranges written and not yet released
 };

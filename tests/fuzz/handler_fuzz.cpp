@@ -71,11 +71,11 @@ struct quiet_host final : scheduler_host {
     std::uint64_t generation, request, size;
   };
   std::vector<room_job> rooms;
-  std::vector<object_entry*> restores;
+  std::vector<std::vector<object_entry*>> restores;
   void make_room(int slot, std::uint64_t generation, std::uint64_t request, std::uint64_t size) override {
     rooms.push_back({slot, generation, request, size});
   }
-  void restore(object_entry* e) override { restores.push_back(e); }
+  void restore(std::vector<object_entry*> entries) override { restores.push_back(std::move(entries)); }
 };
 
 constexpr std::uint32_t epoch = epoch_of_fuzz;
@@ -383,14 +383,16 @@ struct world {
       }
       auto restores = std::move(host.restores);
       host.restores.clear();
-      for (object_entry* e : restores) {
+      for (const auto& entries : restores) {
         std::string why;
+        std::size_t i = 0;
         try {
-          store.pin(e);
+          for (; i < entries.size(); ++i) store.pin(entries[i]);
         } catch (const std::exception& x) {
           why = x.what();
+          for (std::size_t k = 0; k < i; ++k) store.unpin(entries[k]);
         }
-        sched->restored(e, why.empty(), why);
+        sched->restored(entries, why.empty(), i, why);
       }
     }
   }
