@@ -243,7 +243,7 @@ bool worker_context::await(lock_t& lock, detail::deadline until, Pred done, arri
   }
 }
 
-std::uint64_t worker_context::submitting_task() const noexcept {
+std::uint64_t worker_context::waiting_task() const noexcept {
   std::uint64_t key = current_task_key();
   if (!key && waits_nest() && !main_stack_.empty()) key = main_stack_.back();  // a thread the running task started
   return key;
@@ -253,7 +253,7 @@ template <class Pred>
 bool worker_context::wait_for_objects(lock_t& lock, detail::deadline until, Pred done,
                                       const std::vector<local_node*>& awaited, std::size_t needed) {
   if (!waits_nest()) return await(lock, until, done, arrivals::queue);
-  const std::uint64_t key = submitting_task();
+  const std::uint64_t key = waiting_task();
   if (!key) return await(lock, until, done, arrivals::nest);   // nothing runs here: nothing to block
   return blocked_await(lock, key, until, done, awaited, needed);
 }

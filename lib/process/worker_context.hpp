@@ -130,9 +130,9 @@ class worker_context final : public process_context {
   /// host's calls never nest or overlap.
   bool waits_nest() const noexcept { return !actor_host_ && !threaded_; }
   arrivals waiting_mode() const noexcept { return waits_nest() ? arrivals::nest : arrivals::queue; }
-  /// The task on whose behalf the calling thread acts: the one it runs, or, for
-  /// a thread a pool task started, that task (under the lock).
-  std::uint64_t submitting_task() const noexcept;
+  /// The task a wait of the calling thread blocks: the one it runs, or, for a
+  /// thread a pool task started, the task innermost on the main thread (under the lock).
+  std::uint64_t waiting_task() const noexcept;
 
   local_node* checked(detail::ref_node* node);
   object_id next_id() { return {id_hi_, ++next_seq_}; }
