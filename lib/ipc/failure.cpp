@@ -7,6 +7,7 @@
 #include <typeinfo>
 #include <vector>
 
+#include <manta/detail/foreign_error.hpp>
 #include <manta/errors.hpp>
 
 namespace manta::detail {
@@ -69,6 +70,8 @@ error_info error_from_exception(std::exception_ptr current, const std::string& n
     // A get inside the task rethrew another task's failure: pass the root cause on.
     return {error_kind::task_exception, e.remote_type(), e.message(), e.function_name(),
             e.chain().empty() ? name : name + " <- " + e.chain(), e.pid(), 0};
+  } catch (const detail::foreign_error& e) {
+    return {error_kind::task_exception, e.type_name(), bounded(e.what()), name, {}, pid, 0};
   } catch (const object_store_full& e) {
     return {error_kind::object_store_full, "manta::object_store_full", bounded(e.what()), name, {}, pid, 0};
   } catch (const actor_died_error& e) {

@@ -37,6 +37,18 @@ namespace {
 /// The driver's control socket, and a pidfd of the driver (or -1).
 char control_socket[256] = {};
 int driver_pidfd = -1;
+fork_hooks hooks;
+
+/// fork() between the embedding interpreter's hooks (see fork_hooks).
+pid_t hooked_fork() {
+  if (hooks.before) hooks.before();
+  pid_t pid = ::fork();
+  const int saved = errno;
+  if (pid == 0 && hooks.after_in_child) hooks.after_in_child();
+  if (pid != 0 && hooks.after_in_parent) hooks.after_in_parent();
+  errno = saved;
+  return pid;
+}
 
 /// Ends every process, then the zygote. `driver_lost`: the driver's end failed
 /// or it exited, so it may not have removed its control socket: the socket goes
@@ -132,7 +144,7 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
   pid_t pid = -1;
   if (!error) {
     pid_t self = ::getpid();
-    pid = ::fork();
+    pid = hooked_fork();
     if (pid < 0) error = errno;
     if (pid == 0) {
       ::close(sock);
@@ -244,13 +256,15 @@ void spawn(const zygote_config& cfg, int sock, int sigfd, int driver_fd, const z
 
 }  // namespace
 
+void set_fork_hooks(const fork_hooks& h) noexcept { hooks = h; }
+
 zygote_handle start_zygote(const zygote_config& config) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     throw std::system_error(errno, std::generic_category(), "socketpair");
   std::fflush(nullptr);  // buffered output must not be written twice by the children
   pid_t driver = ::getpid();
-  pid_t pid = ::fork();
+  pid_t pid = hooked_fork();
   if (pid < 0) {
     int e = errno;
     ::close(sv[0]);

@@ -47,6 +47,17 @@ struct zygote_handle {
   int socket = -1;  ///< driver's end, SOCK_SEQPACKET, close-on-exec
 };
 
+/// What a program embedding an interpreter must do around the runtime's own
+/// forks (init's fork of the zygote, and the zygote's of every worker and actor
+/// host): Python's PyOS_BeforeFork and PyOS_AfterFork_Parent/_Child. Each may
+/// be null. Set before init; the zygote and its children inherit them.
+struct fork_hooks {
+  void (*before)() = nullptr;
+  void (*after_in_parent)() = nullptr;
+  void (*after_in_child)() = nullptr;
+};
+void set_fork_hooks(const fork_hooks& hooks) noexcept;
+
 /// Forks the zygote. Call while the process has a single thread.
 /// @throws std::system_error
 zygote_handle start_zygote(const zygote_config& config);

@@ -1,0 +1,88 @@
+"""What workers and actor hosts run for a Python call (called from C++)."""
+import base64
+import sys
+import traceback
+
+import cloudpickle
+
+from manta._serialization import RefSlot
+
+PICKLED_EXCEPTION_MARK = "\n--- manta pickled exception ---\n"
+
+
+def _fill(payload, resolved):
+    args, kwargs = payload
+    if resolved:
+        args = tuple(resolved[a.index] if type(a) is RefSlot else a for a in args)
+        if kwargs:
+            kwargs = {k: (resolved[v.index] if type(v) is RefSlot else v) for k, v in kwargs.items()}
+    return args, kwargs
+
+
+def run_task(fn, payload, resolved):
+    args, kwargs = _fill(payload, resolved)
+    if kwargs:
+        return fn(*args, **kwargs)
+    return fn(*args)
+
+
+def construct(cls, payload, resolved):
+    args, kwargs = _fill(payload, resolved)
+    return cls(*args, **(kwargs or {}))
+
+
+def run_method(instance, name, payload, resolved):
+    args, kwargs = _fill(payload, resolved)
+    if name == "__manta_ready__":
+        return True
+    if name == "__manta_class__":
+        return type(instance)
+    method = getattr(instance, name)
+    result = method(*args, **(kwargs or {}))
+    if hasattr(result, "__await__"):  # an async method: run it to its end here
+        import asyncio
+        result = asyncio.run(_awaited(result))
+    return result
+
+
+async def _awaited(awaitable):
+    return await awaitable
+
+
+def flush_output():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _type_name(cls):
+    module = getattr(cls, "__module__", "")
+    qualname = getattr(cls, "__qualname__", cls.__name__)
+    return qualname if module in ("builtins", "__main__", None, "") else f"{module}.{qualname}"
+
+
+def describe_exception(exc, tb=None):
+    """(type name, message): the traceback's text, then the pickled exception
+    (base64), which get() turns back into an exception of the same class."""
+    from manta.exceptions import RayTaskError
+    if isinstance(exc, RayTaskError):  # a get inside the task failed: pass the cause on
+        text = exc.traceback_str
+        cause = exc.cause
+        name = _type_name(type(cause)) if cause is not None else "RayTaskError"
+        to_pickle = cause
+    else:
+        text = "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+        name = _type_name(type(exc))
+        to_pickle = exc
+    if len(text) > 12 * 1024:  # the runtime keeps 64 KiB of a message
+        text = text[:2048] + "\n[...]\n" + text[-10 * 1024:]
+    try:
+        pickled = base64.b64encode(cloudpickle.dumps(to_pickle)).decode("ascii")
+    except Exception:  # an exception that cannot be pickled: its text alone
+        pickled = ""
+    if len(pickled) > 48 * 1024:
+        pickled = ""
+    return name, text + PICKLED_EXCEPTION_MARK + pickled

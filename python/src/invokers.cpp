@@ -1,0 +1,256 @@
+// python/src/invokers.cpp: the callables every process of the interpreter
+// registers (a Python task, an actor's constructor, an actor's method), which
+// run Python code in workers and actor hosts with the GIL held only while it
+// runs; and the fork hooks that keep the interpreter sound across the
+// runtime's forks.
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <string>
+#include <unordered_map>
+
+#include <manta/detail/foreign_error.hpp>
+#include <manta/errors.hpp>
+#include <manta/registry.hpp>
+
+#include "calls.hpp"
+#include "invokers.hpp"
+#include "values.hpp"
+
+namespace manta::python {
+namespace {
+
+/// manta._worker's functions, looked up once.
+struct worker_side {
+  py::object run_task;      ///< (fn, payload, resolved) -> result
+  py::object construct;     ///< (cls, payload, resolved) -> instance
+  py::object run_method;    ///< (instance, name, payload, resolved) -> result
+  py::object describe;      ///< (exception, traceback) -> (type name, message)
+  py::object flush_output;  ///< () -> None
+};
+worker_side* worker = nullptr;
+
+worker_side& side_of_worker() {
+  if (!worker) {
+    auto* w = new worker_side;  // as long as the interpreter: never freed
+    py::module_ m = py::module_::import("manta._worker");
+    w->run_task = m.attr("run_task");
+    w->construct = m.attr("construct");
+    w->run_method = m.attr("run_method");
+    w->describe = m.attr("describe_exception");
+    w->flush_output = m.attr("flush_output");
+    worker = w;
+  }
+  return *worker;
+}
+
+/// Functions and classes by the id of their pickle, unpickled once per process.
+std::unordered_map<object_id, py::object>& function_cache() {
+  static auto* cache = new std::unordered_map<object_id, py::object>;
+  return *cache;
+}
+constexpr std::size_t max_cached_functions = 4096;
+
+/// Fetches and unpickles a stored object this process knows only by id.
+py::object load_by_id(const object_id& id) {
+  detail::ref_node* n = detail::ref_from_id(id);
+  detail::object_data d;
+  try {
+    py::gil_scoped_release nogil;
+    d = detail::fetch(n, detail::no_deadline);
+  } catch (...) {
+    detail::release(n);
+    throw;
+  }
+  return decode(d, n);
+}
+
+py::object function_of(const object_id& id) {
+  auto& cache = function_cache();
+  if (auto it = cache.find(id); it != cache.end()) return it->second;
+  py::object f = load_by_id(id);
+  if (cache.size() >= max_cached_functions) cache.clear();
+  cache.emplace(id, f);
+  return f;
+}
+
+/// An argument's value: from the message's bytes, or, for a stored value whose
+/// buffers the result may view, from the object itself (pinned for the views).
+py::object argument(const detail::arg_view& a, const object_id& id) {
+  if (a.type_tag == flat_tag && !id.empty()) return load_by_id(id);
+  return decode({a.type_tag, a.data, a.size}, nullptr);
+}
+
+struct decoded_call {
+  call_header header;
+  py::object payload;
+  py::list resolved;
+};
+
+decoded_call decode_call(detail::invocation& inv) {
+  if (inv.arg_count() < 2) throw usage_error("manta: a Python call without its arguments");
+  decoded_call c;
+  c.header = read_header(inv.arg(0));
+  if (c.header.arg_ids.size() != inv.arg_count() - 1) throw usage_error("manta: a malformed Python call");
+  c.payload = argument(inv.arg(1), c.header.arg_ids[0]);
+  for (std::size_t i = 2; i < inv.arg_count(); ++i) c.resolved.append(argument(inv.arg(i), c.header.arg_ids[i - 1]));
+  return c;
+}
+
+void store_result(detail::invocation& inv, std::size_t i, py::handle value) {
+  encoded_object e(value);
+  if (!e.has_buffers()) {
+    inv.set_result(i, e.inline_value());
+  } else if (!e.contained.empty()) {
+    detail::encoded_value v;
+    v.type_tag = flat_tag;
+    v.owned.resize(e.flat_size());
+    e.write_flat(reinterpret_cast<std::byte*>(v.owned.data()));
+    v.size = v.owned.size();
+    v.contained = e.contained;
+    inv.set_result(i, v);
+  } else {
+    py::gil_scoped_release nogil;
+    detail::extent x = detail::allocate_extent(e.flat_size());
+    e.write_flat(x.data);
+    inv.set_result_extent(i, flat_tag, x, e.flat_size());
+  }
+}
+
+void store_results(detail::invocation& inv, py::handle result) {
+  const std::size_t n = inv.num_returns();
+  if (n == 1) return store_result(inv, 0, result);
+  py::sequence seq;
+  try {
+    seq = py::reinterpret_borrow<py::sequence>(result);
+    if (!PySequence_Check(result.ptr()) || py::len(seq) != n) throw py::value_error();
+  } catch (const py::error_already_set&) {
+    throw py::value_error("manta: a call with num_returns=" + std::to_string(n) + " returned " +
+                          py::repr(result).cast<std::string>().substr(0, 200) + ", not a sequence of " +
+                          std::to_string(n) + " values");
+  }
+  for (std::size_t i = 0; i < n; ++i) store_result(inv, i, seq[i]);
+}
+
+/// Runs `body` with the GIL; a Python exception leaves as a foreign_error that
+/// carries its type's name, its traceback and the pickled exception.
+template <class F>
+void run_python(F&& body) {
+  std::string type_name, message;
+  {
+    py::gil_scoped_acquire gil;
+    worker_side& w = side_of_worker();
+    try {
+      body(w);
+      w.flush_output();
+      return;
+    } catch (py::error_already_set& e) {
+      try {
+        py::tuple d = w.describe(e.value(), e.trace());
+        type_name = d[0].cast<std::string>();
+        message = d[1].cast<std::string>();
+      } catch (py::error_already_set& inner) {
+        type_name = "Exception";
+        message = std::string("(the exception could not be described: ") + inner.what() + ")\n" + e.what();
+      }
+      try {
+        w.flush_output();
+      } catch (py::error_already_set&) {
+      }
+    }
+  }
+  throw detail::foreign_error(std::move(type_name), message);
+}
+
+void invoke_task(const detail::function_info&, detail::invocation& inv) {
+  run_python([&](worker_side& w) {
+    decoded_call c = decode_call(inv);
+    py::object fn = function_of(c.header.function);
+    py::object result = w.run_task(fn, c.payload, c.resolved);
+    store_results(inv, result);
+  });
+}
+
+void destroy_instance(void* p) {
+  if (!Py_IsInitialized()) return;  // the interpreter is gone: nothing to run
+  py::gil_scoped_acquire gil;
+  delete static_cast<py::object*>(p);
+}
+
+void invoke_constructor(const detail::function_info&, detail::invocation& inv) {
+  run_python([&](worker_side& w) {
+    decoded_call c = decode_call(inv);
+    py::object cls = function_of(c.header.function);
+    auto* instance = new py::object(w.construct(cls, c.payload, c.resolved));
+    try {
+      inv.adopt_instance(instance, &destroy_instance);
+    } catch (...) {
+      delete instance;
+      throw;
+    }
+    detail::encoded_value unit;
+    unit.type_tag = detail::type_tag<void>();
+    inv.set_result(0, unit);
+  });
+}
+
+void invoke_method(const detail::function_info&, detail::invocation& inv) {
+  run_python([&](worker_side& w) {
+    decoded_call c = decode_call(inv);
+    auto* self = static_cast<py::object*>(inv.instance());
+    py::object result = w.run_method(*self, c.header.method, c.payload, c.resolved);
+    store_results(inv, result);
+  });
+}
+
+const detail::function_info& make(const char* name, detail::callable_kind kind, detail::invoker call) {
+  detail::function_info info;
+  info.name = name;
+  info.id = detail::fnv1a(info.name);
+  info.kind = kind;
+  info.arity = 0;
+  info.call = call;
+  if (kind != detail::callable_kind::function) info.class_tag = actor_class_tag;
+  return detail::register_function(std::move(info));
+}
+
+// Registered while the module loads, before init forks anything, so every
+// process of the runtime finds them by id.
+const detail::function_info& task_info = make("manta.python.task", detail::callable_kind::function, &invoke_task);
+const detail::function_info& constructor_info =
+    make("manta.python.actor", detail::callable_kind::constructor, &invoke_constructor);
+const detail::function_info& method_info =
+    make("manta.python.actor.method", detail::callable_kind::method, &invoke_method);
+
+// ---- the runtime's forks (process/zygote.hpp: fork_hooks)
+
+PyGILState_STATE fork_gil;
+
+void before_fork() {
+  fork_gil = PyGILState_Ensure();
+  PyOS_BeforeFork();
+}
+void after_fork_in_parent() {
+  PyOS_AfterFork_Parent();
+  PyGILState_Release(fork_gil);
+}
+void after_fork_in_child() {
+  PyOS_AfterFork_Child();
+  PyGILState_Release(fork_gil);
+  // The zygote and the processes it forks run Python only inside calls,
+  // which take the GIL: other threads (an actor's executors) need it free.
+  if (PyGILState_Check()) PyEval_SaveThread();
+}
+
+}  // namespace
+
+const detail::function_info& task_function() { return task_info; }
+const detail::function_info& actor_constructor() { return constructor_info; }
+const detail::function_info& actor_method() { return method_info; }
+
+void install_fork_hooks() {
+  detail::register_actor_class(actor_class_tag, "python actor");
+  process::set_fork_hooks({&before_fork, &after_fork_in_parent, &after_fork_in_child});
+}
+
+}  // namespace manta::python
