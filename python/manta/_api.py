@@ -6,7 +6,7 @@ import threading
 
 from manta import _manta
 from manta._manta import ObjectRef
-from manta import exceptions
+from manta import _serialization, exceptions
 
 _lock = threading.RLock()
 _epoch = 0          # bumped by every init: stored functions belong to one runtime
@@ -52,6 +52,7 @@ def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, object_s
             address = address[len("ray://"):]
         if num_cpus is not None and (int(num_cpus) != num_cpus or num_cpus < 0):
             raise ValueError(f"init(num_cpus={num_cpus!r}): a whole number >= 0")
+        _serialization.remember_main()
         _manta.init(int(num_cpus or 0), int(object_store_memory or 0), -1 if num_gpus is None else int(num_gpus),
                     {str(k): float(v) for k, v in (resources or {}).items()}, address or "", log_dir or "",
                     False, bool(local_mode), float(memory_threshold), bool(progress))

@@ -6,7 +6,10 @@ shared arena and readers see it there without a copy. Values of plain types
 use the C pickler; everything else cloudpickle, so functions, lambdas and
 classes defined in ``__main__`` after ``init`` travel by value.
 """
+import io
 import pickle
+import sys
+import types
 
 import cloudpickle
 
@@ -14,7 +17,6 @@ OUT_OF_BAND_BYTES = 64 * 1024
 
 _PLAIN = frozenset((int, float, str, bytes, bool, type(None), complex))
 _dumps = pickle.dumps
-_cloud_dumps = cloudpickle.dumps
 
 
 def _plain(value):
@@ -24,6 +26,36 @@ def _plain(value):
     if t is tuple or t is list:
         return len(value) <= 64 and all(type(x) in _PLAIN for x in value)
     return False
+
+
+# What __main__ held when init forked the zygote: its functions and classes
+# exist in every worker under the same name, so they travel by name (and share
+# __main__'s globals there, as with multiprocessing's fork); later ones by value.
+_forked_main = {}
+
+
+def remember_main():
+    """Called by init just before the zygote is forked."""
+    main = sys.modules.get("__main__")
+    _forked_main.clear()
+    if main is not None:
+        for name, obj in list(vars(main).items()):
+            if isinstance(obj, (types.FunctionType, type)):
+                _forked_main[name] = obj
+
+
+class _Pickler(cloudpickle.CloudPickler):
+    def reducer_override(self, obj):
+        if isinstance(obj, (types.FunctionType, type)) and getattr(obj, "__module__", None) == "__main__" and \
+                _forked_main.get(getattr(obj, "__qualname__", None)) is obj:
+            return NotImplemented  # by name: the worker's __main__ has it
+        return super().reducer_override(obj)
+
+
+def _cloud_dumps(value, protocol, buffer_callback=None):
+    out = io.BytesIO()
+    _Pickler(out, protocol=protocol, buffer_callback=buffer_callback).dump(value)
+    return out.getvalue()
 
 
 def serialize(value):
@@ -50,11 +82,6 @@ def serialize(value):
     return data, (buffers or None)
 
 
-def dumps_function(fn):
-    """A function or class, by value when it cannot be found by name elsewhere."""
-    return fn
-
-
 class RefSlot:
     """Where a top-level ObjectRef argument was: the worker puts its value here."""
     __slots__ = ("index",)
@@ -64,3 +91,9 @@ class RefSlot:
 
     def __reduce__(self):
         return (RefSlot, (self.index,))
+
+
+def rebuild_ref(hi, lo):
+    """An ObjectRef unpickled: one more count of the object with this id."""
+    from manta import _manta
+    return _manta._ref_from_id(hi, lo)

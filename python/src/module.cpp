@@ -213,7 +213,7 @@ void define_module(py::module_& m) {
       .def("__reduce__", [](const object_ref& r) {
         // Noted as held inside the value being pickled: it lives as long as that value.
         if (!r.id().empty()) detail::ref_collector::note(r.id());
-        return py::make_tuple(py::module_::import("manta._manta").attr("_ref_from_id"),
+        return py::make_tuple(py::module_::import("manta._serialization").attr("rebuild_ref"),
                               py::make_tuple(r.id().hi, r.id().lo));
       });
   m.def("_ref_from_id", [](std::uint64_t hi, std::uint64_t lo) {
