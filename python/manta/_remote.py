@@ -57,6 +57,10 @@ def _split_refs(args, kwargs):
     return (args, kwargs), refs
 
 
+def _empty(cls):
+    return cls.__new__(cls)
+
+
 class _Stored:
     """A function or class stored once per runtime, so each call names it by id."""
 
@@ -64,6 +68,18 @@ class _Stored:
         self._obj = obj
         self._ref = None
         self._epoch = -1
+        self._lock = threading.Lock()
+
+    def __getstate__(self):
+        # Already stored: the receiver names it by this id. Not stored yet (or
+        # being stored: a function that calls itself), the receiver stores it.
+        current = self._ref is not None and self._epoch == _api.epoch()
+        return {"obj": self._obj, "ref": self._ref if current else None}
+
+    def __setstate__(self, state):
+        self._obj = state["obj"]
+        self._ref = state["ref"]
+        self._epoch = _api.epoch()
         self._lock = threading.Lock()
 
     def ref(self):
@@ -93,6 +109,14 @@ class RemoteFunction:
         self.__module__ = getattr(function, "__module__", None)
         self.__doc__ = getattr(function, "__doc__", None)
         self.__wrapped__ = function
+
+    def __reduce__(self):
+        # The state after the object: a function that calls itself pickles once.
+        return (_empty, (RemoteFunction,), (self._function, self._options, self._stored))
+
+    def __setstate__(self, state):
+        function, options, stored = state
+        RemoteFunction.__init__(self, function, options, stored)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Remote functions cannot be called directly: use {self.__name__}.remote(...) "
@@ -167,6 +191,13 @@ class ActorClass:
         self.__qualname__ = cls.__qualname__
         self.__module__ = cls.__module__
         self.__doc__ = cls.__doc__
+
+    def __reduce__(self):
+        return (_empty, (ActorClass,), (self._cls, self._options, self._stored))
+
+    def __setstate__(self, state):
+        cls, options, stored = state
+        ActorClass.__init__(self, cls, options, stored)
 
     def __call__(self, *args, **kwargs):
         raise TypeError(f"Actors cannot be instantiated directly: use {self.__name__}.remote(...)")

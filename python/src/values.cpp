@@ -30,8 +30,11 @@ std::size_t aligned(std::size_t n) { return (n + align - 1) & ~(align - 1); }
 
 /// One pin of a fetched object, shared by every view of its bytes.
 struct pin_holder {
-  detail::ref_node* node;
+  explicit pin_holder(detail::ref_node* n) noexcept : node(n) {}
+  pin_holder(const pin_holder&) = delete;
+  pin_holder& operator=(const pin_holder&) = delete;
   ~pin_holder() { drop_pinned(node); }
+  detail::ref_node* node;
 };
 
 /// A read-only window of the arena: what numpy arrays and memoryviews of a
@@ -150,7 +153,7 @@ py::object decode(const detail::object_data& d, detail::ref_node* pinned) {
     drop_pinned(pinned);
     return value;
   }
-  auto pin = std::make_shared<pin_holder>(pin_holder{pinned});
+  auto pin = std::make_shared<pin_holder>(pinned);
   if (d.type_tag != flat_tag)
     throw py::type_error("manta: the object holds a value stored by C++ (" + detail::type_name_of_tag(d.type_tag) +
                          "), not a Python one");
