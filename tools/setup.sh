@@ -14,6 +14,8 @@ packages=(
   openmpi-bin libopenmpi-dev  # mpirun's ranks meet over MPI; tests: a cluster launched by mpirun
   openssl           # tests: certificates for a cluster over TLS
   iproute2          # tests: two machines made of network namespaces
+  # the Python front (python/): the extension is built with pybind11 for Debian's python3
+  python3-dev python3-pybind11 pybind11-dev python3-cloudpickle python3-numpy python3-pytest python3-pytest-timeout
 )
 [ "${1:-}" = "--fuzz" ] && packages+=(clang-14 libclang-rt-14-dev)
 

@@ -10,6 +10,7 @@ import manta
 
 @pytest.fixture(scope="module")
 def runtime():
+    manta.shutdown()  # one an earlier module left (a Pool starts its own)
     manta.init(num_cpus=2)
     yield
     manta.shutdown()
@@ -18,6 +19,7 @@ def runtime():
 @pytest.fixture
 def fresh():
     """A test that starts its own runtime; whatever it leaves is shut down."""
+    manta.shutdown()
     yield
     manta.shutdown()
 

@@ -82,6 +82,7 @@ class ActorPool:
         ref = ready[0]
         index, actor = self._future_to_actor.pop(ref)
         self._index_to_future.pop(index, None)
+        self._next_return = max(self._next_return, index + 1)
         self._return_actor(actor)
         return _api.get(ref)
 
