@@ -287,7 +287,8 @@ void local_runtime::submit(detail::task_request&& r, detail::ref_node** returns)
   if (construct) {
     auto a = std::make_shared<actor>();
     a->class_tag = r.function->class_tag;
-    a->label = detail::actor_class_name(r.function->class_tag) + (r.options.name.empty() ? "" : " '" + r.options.name + "'");
+    a->label = (r.options.class_label.empty() ? detail::actor_class_name(r.function->class_tag) : r.options.class_label) +
+               (r.options.name.empty() ? "" : " '" + r.options.name + "'");
     outs[0]->actor = a;
     std::lock_guard lock(mu_);
     if (!r.options.name.empty()) {

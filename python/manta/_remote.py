@@ -222,7 +222,8 @@ class ActorClass:
             num_cpus=float(o.get("num_cpus") or 0), num_gpus=float(o.get("num_gpus") or 0),
             resources=dict(o.get("resources") or {}), memory=int(o.get("memory") or 0),
             max_retries=0, name=name, max_restarts=int(o.get("max_restarts") or 0),
-            max_task_retries=int(o.get("max_task_retries") or 0), max_concurrency=int(concurrency))
+            max_task_retries=int(o.get("max_task_retries") or 0), max_concurrency=int(concurrency),
+            class_label=self._cls.__qualname__)
         payload, refs = _split_refs(args, kwargs)
         ref = _manta.create_actor(self._stored.ref(), payload, refs, options)
         return ActorHandle(ref, self._cls.__name__, self._methods)

@@ -93,16 +93,29 @@ py::object value_of(detail::ref_node* n) {
 
 py::list get(const py::list& refs, const py::object& timeout) {
   std::vector<detail::ref_node*> nodes = nodes_of(refs);
-  std::vector<bool> ready(nodes.size());
-  wait_ready(nodes, nodes.size(), deadline_of(timeout), ready);
-  if (std::find(ready.begin(), ready.end(), false) != ready.end()) {
-    std::size_t done = static_cast<std::size_t>(std::count(ready.begin(), ready.end(), true));
-    throw manta::timeout_error("manta: get timed out after " + py::str(timeout).cast<std::string>() + " s with " +
-                               std::to_string(nodes.size() - done) + " of " + std::to_string(nodes.size()) +
-                               " objects not ready");
-  }
+  const detail::deadline until = deadline_of(timeout);
   py::list out(nodes.size());
-  for (std::size_t i = 0; i < nodes.size(); ++i) out[i] = value_of(nodes[i]);
+  // One at a time, in order, as the C++ get: a wait over all of them would
+  // scan every pending one at each look.
+  std::vector<detail::ref_node*> one(1);
+  std::vector<bool> ready(1);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    one[0] = nodes[i];
+    try {
+      wait_ready(one, 1, until, ready);
+    } catch (py::error_already_set&) {  // interrupted: what it had yet to wait for is cancelled too
+      for (std::size_t j = i + 1; j < nodes.size(); ++j) try {
+          detail::cancel_producer(nodes[j]);
+        } catch (const std::exception&) {
+        }
+      throw;
+    }
+    if (!ready[0])
+      throw manta::timeout_error("manta: get timed out after " + py::str(timeout).cast<std::string>() + " s with " +
+                                 std::to_string(nodes.size() - i) + " of " + std::to_string(nodes.size()) +
+                                 " objects not ready");
+    out[i] = value_of(nodes[i]);
+  }
   return out;
 }
 
@@ -134,7 +147,7 @@ py::list refs_list(const std::vector<detail::ref_node*>& nodes) {
 detail::task_options make_options(double num_cpus, double num_gpus, std::map<std::string, double> resources,
                                   std::uint64_t memory, int max_retries, bool retry_exceptions, std::string name,
                                   double timeout, int max_calls, int max_restarts, int max_task_retries,
-                                  int max_concurrency) {
+                                  int max_concurrency, std::string class_label) {
   detail::task_options o;
   if (!(num_cpus >= 0)) throw py::value_error("manta: num_cpus must be >= 0");
   if (!(num_gpus >= 0)) throw py::value_error("manta: num_gpus must be >= 0");
@@ -152,6 +165,7 @@ detail::task_options make_options(double num_cpus, double num_gpus, std::map<std
   o.max_restarts = max_restarts;
   o.max_task_retries = max_task_retries;
   o.max_concurrency = max_concurrency;
+  o.class_label = std::move(class_label);
   return o;
 }
 
@@ -252,7 +266,7 @@ void define_module(py::module_& m) {
            py::arg("resources") = std::map<std::string, double>{}, py::arg("memory") = 0,
            py::arg("max_retries") = 3, py::arg("retry_exceptions") = false, py::arg("name") = "",
            py::arg("timeout") = 0.0, py::arg("max_calls") = 0, py::arg("max_restarts") = 0,
-           py::arg("max_task_retries") = 0, py::arg("max_concurrency") = 1)
+           py::arg("max_task_retries") = 0, py::arg("max_concurrency") = 1, py::arg("class_label") = "")
       .def_readonly("name", &detail::task_options::name)
       .def_readonly("num_cpus", &detail::task_options::num_cpus);
 

@@ -45,6 +45,39 @@ struct arena_view {
   std::size_t size = 0;
 };
 
+bool plain(PyObject* o) noexcept {
+  PyTypeObject* t = Py_TYPE(o);
+  return o == Py_None || t == &PyLong_Type || t == &PyFloat_Type || t == &PyUnicode_Type || t == &PyBytes_Type ||
+         t == &PyBool_Type;
+}
+
+/// Plain values, flat tuples or lists of them, and a call's (args, kwargs) of
+/// them, hold no refs, buffers or code: the C pickler alone does them.
+bool plain_value(PyObject* o) noexcept {
+  if (plain(o)) return true;
+  const bool tuple = PyTuple_CheckExact(o);
+  if (!tuple && !PyList_CheckExact(o)) return false;
+  const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(o) : PyList_GET_SIZE(o);
+  if (n > 64) return false;
+  for (Py_ssize_t i = 0; i < n; ++i)
+    if (!plain(tuple ? PyTuple_GET_ITEM(o, i) : PyList_GET_ITEM(o, i))) return false;
+  return true;
+}
+
+bool plain_call(PyObject* o) noexcept {
+  if (!PyTuple_CheckExact(o) || PyTuple_GET_SIZE(o) != 2) return false;
+  PyObject* args = PyTuple_GET_ITEM(o, 0);
+  PyObject* kwargs = PyTuple_GET_ITEM(o, 1);
+  if (!PyTuple_CheckExact(args) || !plain_value(args)) return false;
+  if (kwargs == Py_None) return true;
+  if (!PyDict_CheckExact(kwargs) || PyDict_GET_SIZE(kwargs) > 64) return false;
+  Py_ssize_t at = 0;
+  PyObject *key, *value;
+  while (PyDict_Next(kwargs, &at, &key, &value))
+    if (!plain(value)) return false;
+  return true;
+}
+
 }  // namespace
 
 python_side& side() { return *the_side; }
@@ -53,6 +86,7 @@ void load_side() {
   auto* s = new python_side;  // lives as long as the interpreter: never freed
   py::module_ ser = py::module_::import("manta._serialization");
   s->serialize = ser.attr("serialize");
+  s->dumps = py::module_::import("pickle").attr("dumps");
   s->loads = py::module_::import("pickle").attr("loads");
   the_side = s;
 }
@@ -64,6 +98,10 @@ void drop_pinned(detail::ref_node* n) noexcept {
 }
 
 encoded_object::encoded_object(py::handle value) {
+  if (plain_call(value.ptr()) || plain_value(value.ptr())) {
+    pickle_ = side().dumps(value, 5);
+    return;
+  }
   py::tuple out;
   {
     detail::ref_collector collect(contained);

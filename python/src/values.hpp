@@ -27,6 +27,7 @@ inline constexpr std::size_t out_of_band_bytes = 64 * 1024;
 /// The Python functions of manta._serialization, looked up once at import.
 struct python_side {
   py::object serialize;  ///< value -> (bytes, [PickleBuffer] or None)
+  py::object dumps;      ///< pickle.dumps, for values of plain types
   py::object loads;      ///< pickle.loads
 };
 python_side& side();

@@ -31,6 +31,9 @@ struct task_options {
   int max_restarts = 0;
   int max_task_retries = 0;
   int max_concurrency = 1;
+  /// Actors of another language's class (Python's): the class's name, which
+  /// status, errors and the timeline show instead of the registry's.
+  std::string class_label;
 
   bool operator==(const task_options&) const = default;
 };
