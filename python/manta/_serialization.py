@@ -52,6 +52,35 @@ class _Pickler(cloudpickle.CloudPickler):
         return super().reducer_override(obj)
 
 
+class _NeedsCloudpickle(Exception):
+    """A value holds code that only cloudpickle can send (by value)."""
+
+
+def _by_name_in_worker(obj):
+    """Whether a function or class is found under its name in a worker."""
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", "")
+    if module == "__main__":
+        return _forked_main.get(qualname) is obj
+    return module is not None and "<" not in qualname
+
+
+class _FastPickler(pickle.Pickler):
+    """The C pickler, for values whose code (functions, classes) every worker
+    finds by name; anything else makes it give up for cloudpickle."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, (types.FunctionType, type)) and not _by_name_in_worker(obj):
+            raise _NeedsCloudpickle
+        return NotImplemented
+
+
+def _fast_dumps(value, buffer_callback):
+    out = io.BytesIO()
+    _FastPickler(out, 5, buffer_callback=buffer_callback).dump(value)
+    return out.getvalue()
+
+
 def _cloud_dumps(value, protocol, buffer_callback=None):
     out = io.BytesIO()
     _Pickler(out, protocol=protocol, buffer_callback=buffer_callback).dump(value)
@@ -78,7 +107,12 @@ def serialize(value):
         buffers.append(buffer)
         return False
 
-    data = _cloud_dumps(value, 5, buffer_callback=out_of_band)
+    try:
+        data = _fast_dumps(value, out_of_band)
+    except (_NeedsCloudpickle, pickle.PicklingError, AttributeError, TypeError):
+        # Lambdas, closures, code defined in __main__ after init: by value.
+        buffers.clear()
+        data = _cloud_dumps(value, 5, buffer_callback=out_of_band)
     return data, (buffers or None)
 
 

@@ -49,6 +49,16 @@ async def _awaited(awaitable):
     return await awaitable
 
 
+def set_up_process():
+    """In a worker or actor host, before its first call: what it prints reaches
+    the driver line by line (the runtime prefixes each with its pid)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)
+        except (AttributeError, ValueError):
+            pass
+
+
 def flush_output():
     for stream in (sys.stdout, sys.stderr):
         try:

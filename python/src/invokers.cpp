@@ -14,6 +14,7 @@
 #include <manta/registry.hpp>
 
 #include "calls.hpp"
+#include "process/context.hpp"
 #include "invokers.hpp"
 #include "values.hpp"
 
@@ -27,6 +28,7 @@ struct worker_side {
   py::object run_method;    ///< (instance, name, payload, resolved) -> result
   py::object describe;      ///< (exception, traceback) -> (type name, message)
   py::object flush_output;  ///< () -> None
+  py::object set_up;        ///< () -> None, once per process
 };
 worker_side* worker = nullptr;
 
@@ -39,6 +41,9 @@ worker_side& side_of_worker() {
     w->run_method = m.attr("run_method");
     w->describe = m.attr("describe_exception");
     w->flush_output = m.attr("flush_output");
+    w->set_up = m.attr("set_up_process");
+    process::process_context* c = process::current_context();
+    if (c && c->is_worker()) w->set_up();  // (not local_mode's driver)
     worker = w;
   }
   return *worker;
@@ -74,26 +79,24 @@ py::object function_of(const object_id& id) {
   return f;
 }
 
-/// An argument's value: from the message's bytes, or, for a stored value whose
-/// buffers the result may view, from the object itself (pinned for the views).
-py::object argument(const detail::arg_view& a, const object_id& id) {
-  if (a.type_tag == flat_tag && !id.empty()) return load_by_id(id);
-  return decode({a.type_tag, a.data, a.size}, nullptr);
-}
-
 struct decoded_call {
   call_header header;
   py::object payload;
   py::list resolved;
 };
 
-decoded_call decode_call(detail::invocation& inv) {
+/// The call's arguments, read where they lie (views of stored ones in `views`).
+decoded_call decode_call(detail::invocation& inv, argument_views& views) {
   if (inv.arg_count() < 2) throw usage_error("manta: a Python call without its arguments");
   decoded_call c;
   c.header = read_header(inv.arg(0));
   if (c.header.arg_ids.size() != inv.arg_count() - 1) throw usage_error("manta: a malformed Python call");
-  c.payload = argument(inv.arg(1), c.header.arg_ids[0]);
-  for (std::size_t i = 2; i < inv.arg_count(); ++i) c.resolved.append(argument(inv.arg(i), c.header.arg_ids[i - 1]));
+  auto argument = [&](std::size_t i) {
+    const detail::arg_view a = inv.arg(i);
+    return views.decode({a.type_tag, a.data, a.size}, c.header.arg_ids[i - 1]);
+  };
+  c.payload = argument(1);
+  for (std::size_t i = 2; i < inv.arg_count(); ++i) c.resolved.append(argument(i));
   return c;
 }
 
@@ -133,16 +136,18 @@ void store_results(detail::invocation& inv, py::handle result) {
 }
 
 /// Runs `body` with the GIL; a Python exception leaves as a foreign_error that
-/// carries its type's name, its traceback and the pickled exception.
+/// carries its type's name, its traceback and the pickled exception. Views of
+/// the arguments that outlive the call are pinned before it ends.
 template <class F>
 void run_python(F&& body) {
   std::string type_name, message;
   {
     py::gil_scoped_acquire gil;
     worker_side& w = side_of_worker();
+    argument_views views;
     try {
-      body(w);
-      w.flush_output();
+      body(w, views);
+      views.keep_escaped();
       return;
     } catch (py::error_already_set& e) {
       try {
@@ -153,18 +158,18 @@ void run_python(F&& body) {
         type_name = "Exception";
         message = std::string("(the exception could not be described: ") + inner.what() + ")\n" + e.what();
       }
-      try {
-        w.flush_output();
-      } catch (py::error_already_set&) {
-      }
+    } catch (...) {  // the runtime's own error (a result it could not store)
+      views.keep_escaped();
+      throw;
     }
+    views.keep_escaped();  // (the exception and its frames are gone)
   }
   throw detail::foreign_error(std::move(type_name), message);
 }
 
 void invoke_task(const detail::function_info&, detail::invocation& inv) {
-  run_python([&](worker_side& w) {
-    decoded_call c = decode_call(inv);
+  run_python([&](worker_side& w, argument_views& views) {
+    decoded_call c = decode_call(inv, views);
     py::object fn = function_of(c.header.function);
     py::object result = w.run_task(fn, c.payload, c.resolved);
     store_results(inv, result);
@@ -178,8 +183,8 @@ void destroy_instance(void* p) {
 }
 
 void invoke_constructor(const detail::function_info&, detail::invocation& inv) {
-  run_python([&](worker_side& w) {
-    decoded_call c = decode_call(inv);
+  run_python([&](worker_side& w, argument_views& views) {
+    decoded_call c = decode_call(inv, views);
     py::object cls = function_of(c.header.function);
     auto* instance = new py::object(w.construct(cls, c.payload, c.resolved));
     try {
@@ -195,8 +200,8 @@ void invoke_constructor(const detail::function_info&, detail::invocation& inv) {
 }
 
 void invoke_method(const detail::function_info&, detail::invocation& inv) {
-  run_python([&](worker_side& w) {
-    decoded_call c = decode_call(inv);
+  run_python([&](worker_side& w, argument_views& views) {
+    decoded_call c = decode_call(inv, views);
     auto* self = static_cast<py::object*>(inv.instance());
     py::object result = w.run_method(*self, c.header.method, c.payload, c.resolved);
     store_results(inv, result);

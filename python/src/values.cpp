@@ -28,15 +28,6 @@ struct flat_entry {
 
 std::size_t aligned(std::size_t n) { return (n + align - 1) & ~(align - 1); }
 
-/// One pin of a fetched object, shared by every view of its bytes.
-struct pin_holder {
-  explicit pin_holder(detail::ref_node* n) noexcept : node(n) {}
-  pin_holder(const pin_holder&) = delete;
-  pin_holder& operator=(const pin_holder&) = delete;
-  ~pin_holder() { drop_pinned(node); }
-  detail::ref_node* node;
-};
-
 /// A read-only window of the arena: what numpy arrays and memoryviews of a
 /// stored value look through. Keeps the object pinned while it lives.
 struct arena_view {
@@ -179,19 +170,10 @@ detail::ref_node* put_encoded(const encoded_object& e) {
   }
 }
 
-py::object decode(const detail::object_data& d, detail::ref_node* pinned) {
-  if (d.type_tag == pickle_tag) {
-    py::object value;
-    try {
-      value = side().loads(py::memoryview::from_memory(const_cast<std::byte*>(d.data), static_cast<py::ssize_t>(d.size), true));
-    } catch (...) {
-      drop_pinned(pinned);
-      throw;
-    }
-    drop_pinned(pinned);
-    return value;
-  }
-  auto pin = std::make_shared<pin_holder>(pinned);
+namespace {
+
+/// The value of a stored pickle and its buffers, viewed through `pin`.
+py::object decode_flat(const detail::object_data& d, const std::shared_ptr<pin_holder>& pin) {
   if (d.type_tag != flat_tag)
     throw py::type_error("manta: the object holds a value stored by C++ (" + detail::type_name_of_tag(d.type_tag) +
                          "), not a Python one");
@@ -210,8 +192,52 @@ py::object decode(const detail::object_data& d, detail::ref_node* pinned) {
       throw py::value_error("manta: a stored Python value is malformed");
     buffers.append(py::cast(arena_view{pin, d.data + e.offset, e.size}));
   }
-  auto pickle = py::memoryview::from_memory(const_cast<std::byte*>(d.data + h.pickle_offset), static_cast<py::ssize_t>(h.pickle_size), true);
+  auto pickle = py::memoryview::from_memory(const_cast<std::byte*>(d.data + h.pickle_offset),
+                                            static_cast<py::ssize_t>(h.pickle_size), true);
   return side().loads(pickle, py::arg("buffers") = buffers);
+}
+
+}  // namespace
+
+py::object decode(const detail::object_data& d, detail::ref_node* pinned) {
+  if (d.type_tag == pickle_tag) {
+    py::object value;
+    try {
+      value = side().loads(py::memoryview::from_memory(const_cast<std::byte*>(d.data),
+                                                       static_cast<py::ssize_t>(d.size), true));
+    } catch (...) {
+      drop_pinned(pinned);
+      throw;
+    }
+    drop_pinned(pinned);
+    return value;
+  }
+  return decode_flat(d, std::make_shared<pin_holder>(pinned));
+}
+
+py::object argument_views::decode(const detail::object_data& d, const object_id& id) {
+  if (d.type_tag != flat_tag || id.empty()) return python::decode(d, nullptr);
+  auto pin = std::make_shared<pin_holder>(nullptr, id);
+  py::object value = decode_flat(d, pin);
+  holders_.push_back(std::move(pin));
+  return value;
+}
+
+void argument_views::keep_escaped() {
+  for (auto& pin : holders_) {
+    if (pin.use_count() == 1) continue;  // nothing views it any more
+    // Still viewed: pinned for the views before the task's end lets its input go.
+    detail::ref_node* n = detail::ref_from_id(pin->id);
+    try {
+      py::gil_scoped_release nogil;
+      detail::fetch(n, detail::no_deadline);
+    } catch (...) {
+      detail::release(n);
+      throw;
+    }
+    pin->node = n;
+  }
+  holders_.clear();
 }
 
 void define_value_types(py::module_& m) {

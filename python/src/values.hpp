@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <manta/detail/core.hpp>
@@ -71,6 +72,31 @@ py::object decode(const detail::object_data& data, detail::ref_node* pinned);
 
 /// Lets go of a node fetched and pinned by this caller (unpin, then release).
 void drop_pinned(detail::ref_node* n) noexcept;
+
+/// One pin of a fetched object, shared by every view of its bytes. A task's
+/// argument is viewed first with no pin of its own (`node` null: the runtime
+/// pins a task's inputs while it runs), and pinned only if a view outlives it.
+struct pin_holder {
+  explicit pin_holder(detail::ref_node* n, object_id i = {}) noexcept : node(n), id(i) {}
+  pin_holder(const pin_holder&) = delete;
+  pin_holder& operator=(const pin_holder&) = delete;
+  ~pin_holder() { drop_pinned(node); }
+  detail::ref_node* node;
+  object_id id;
+};
+
+/// The views a task's stored arguments: read where the runtime put them, with
+/// no request to the driver. `keep_escaped`, once the call's own references are
+/// gone, pins the objects that something still views (an actor's field, a
+/// global): their bytes stay valid after the task's end.
+class argument_views {
+ public:
+  py::object decode(const detail::object_data& d, const object_id& id);
+  void keep_escaped();
+
+ private:
+  std::vector<std::shared_ptr<pin_holder>> holders_;
+};
 
 /// Registers the view type (module.cpp).
 void define_value_types(py::module_& m);
