@@ -249,6 +249,9 @@ void define_module(py::module_& m) {
     o.local_mode = local_mode;
     o.memory_threshold = memory_threshold;
     o.progress = progress;
+    // Released: a node's init serves the cluster and never returns, and the
+    // runtime's forks take the GIL for themselves (fork hooks).
+    py::gil_scoped_release nogil;
     manta::init(o);
   });
   m.def("shutdown", [] { manta::shutdown(); }, py::call_guard<py::gil_scoped_release>());
