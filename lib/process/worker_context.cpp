@@ -277,6 +277,9 @@ bool worker_context::blocked_await(lock_t& lock, std::uint64_t key, detail::dead
   send(ipc::block{key, static_cast<std::uint32_t>(hint), ids, wait});
   bool ok = await(lock, until, done, arrivals::nest);
   send(ipc::unblock{key, wait});
+  // Out now: the task computes again, and the driver, still counting its CPU
+  // as lent, would start extra workers beside it and show it waiting.
+  flush();
   return ok;
 }
 

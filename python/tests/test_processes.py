@@ -135,3 +135,38 @@ def test_fork_of_a_driver_keeps_the_parent_runtime(runtime):
         os._exit(0)
     os.waitpid(pid, 0)
     assert ray.get(ray.remote(lambda: 5).remote(), timeout=30) == 5
+
+
+def test_a_task_computing_after_a_get_counts_as_busy(runtime, tmp_path):
+    """The end of a wait reaches the driver at once: a task that got its
+    child's result and computes on is not shown waiting (nor given extra
+    workers beside it, as if its CPU were still lent)."""
+    import shutil
+    cli = os.environ.get("MANTA_CLI") or shutil.which("manta")
+    if cli is None:
+        pytest.skip("the manta command line is not built")
+    marker = tmp_path / "go"
+
+    @ray.remote
+    def computes_after_get(path):
+        ray.get(ray.remote(lambda: 1).remote())
+        deadline = time.monotonic() + 30
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.02)  # (computing, as far as the runtime knows)
+        return True
+
+    ref = computes_after_get.remote(str(marker))
+    seen = ""
+    deadline = time.monotonic() + 15
+    try:
+        while time.monotonic() < deadline:
+            seen = subprocess.run([cli, "status", "--address", str(os.getpid())], capture_output=True, text=True,
+                                  timeout=10).stdout
+            line = [l for l in seen.splitlines() if "computes_after_get" in l]
+            if line and " busy " in line[0]:
+                break
+            time.sleep(0.05)
+        assert any(" busy " in l and "computes_after_get" in l for l in seen.splitlines()), seen
+    finally:
+        marker.write_text("go")
+    assert ray.get(ref, timeout=30)
