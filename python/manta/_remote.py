@@ -148,9 +148,7 @@ class RemoteFunction:
             self._task_options = self._make_task_options()
         payload, refs = _split_refs(args, kwargs)
         n = self._num_returns
-        out = _manta.submit_task(self._stored.ref(), payload, refs, self._task_options, max(n, 1))
-        if n == 1:
-            return out[0]
+        out = _manta.submit_task(self._stored.ref(), payload, refs, self._task_options, n or 1)
         return None if n == 0 else out
 
     def bind(self, *args, **kwargs):
@@ -233,22 +231,24 @@ class ActorMethod:
     """``handle.method``: ``.remote(*args)`` queues a call; ``.options(num_returns=)``."""
 
     def __init__(self, handle, name, num_returns, timeout=0.0):
-        self._handle = handle
+        # The actor's ref, not its handle: a handle caches its methods, and a
+        # cycle between them would keep the actor alive until a GC pass.
+        self._actor_ref = handle._actor_ref
+        self._class_name = handle._class_name
         self._name = name
         self._num_returns = num_returns
-        self._timeout = timeout
+        self._timeout = float(timeout or 0.0)
+        self._label = f"{handle._class_name}.{name}"
 
     def remote(self, *args, **kwargs):
         payload, refs = _split_refs(args, kwargs)
         n = self._num_returns
-        out = _manta.call_method(self._handle._actor_ref, self._name, payload, refs, max(n, 1),
-                                 f"{self._handle._class_name}.{self._name}", float(self._timeout or 0.0))
-        if n == 1:
-            return out[0]
+        out = _manta.call_method(self._actor_ref, self._name, payload, refs, n or 1, self._label,
+                                 self._timeout)
         return None if n == 0 else out
 
     def options(self, num_returns=None, timeout=None, **ignored):
-        return ActorMethod(self._handle, self._name, self._num_returns if num_returns is None else num_returns,
+        return ActorMethod(self, self._name, self._num_returns if num_returns is None else num_returns,
                            self._timeout if timeout is None else timeout)
 
     def __call__(self, *args, **kwargs):
@@ -269,10 +269,15 @@ class ActorHandle:
             raise AttributeError(name)
         if name not in methods:
             raise AttributeError(f"'{self.__dict__.get('_class_name')}' actor has no method '{name}'")
-        return ActorMethod(self, name, methods[name])
+        method = ActorMethod(self, name, methods[name])
+        self.__dict__[name] = method  # found directly from now on
+        return method
 
     def __reduce__(self):
         return (ActorHandle, (self._actor_ref, self._class_name, self._methods))
+
+    def __getstate__(self):
+        return None
 
     def __repr__(self):
         return f"Actor({self._class_name}, {self._actor_ref.hex()})"
@@ -305,7 +310,7 @@ def get_actor(name, namespace=None):
     ref = _manta.find_actor(name)
     if ref is None:
         raise ValueError(f"Failed to look up actor with name '{name}'")
-    cls = _api.get(_manta.call_method(ref, "__manta_class__", ((), None), None, 1, "get_actor", 0.0)[0])
+    cls = _api.get(_manta.call_method(ref, "__manta_class__", ((), None), None, 1, "get_actor", 0.0))
     return ActorHandle(ref, cls.__name__, _method_table(cls))
 
 

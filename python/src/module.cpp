@@ -138,7 +138,9 @@ object_ref put(py::handle value) {
   return object_ref(put_encoded(e));
 }
 
-py::list refs_list(const std::vector<detail::ref_node*>& nodes) {
+/// One ref, or a list of them for a call with several returns.
+py::object refs_of(const std::vector<detail::ref_node*>& nodes) {
+  if (nodes.size() == 1) return py::cast(object_ref(nodes[0]));
   py::list out(nodes.size());
   for (std::size_t i = 0; i < nodes.size(); ++i) out[i] = py::cast(object_ref(nodes[i]));
   return out;
@@ -275,7 +277,7 @@ void define_module(py::module_& m) {
 
   m.def("submit_task", [](const object_ref& fn, py::handle payload, py::handle refs,
                           const detail::task_options& o, int num_returns) {
-    return refs_list(submit_call(task_function(), detail::call_mode::call, &fn, nullptr, {}, payload, refs, o,
+    return refs_of(submit_call(task_function(), detail::call_mode::call, &fn, nullptr, {}, payload, refs, o,
                                  num_returns));
   });
   m.def("create_actor", [](const object_ref& cls, py::handle payload, py::handle refs,
@@ -289,7 +291,7 @@ void define_module(py::module_& m) {
     o.num_cpus = 0;  // the actor holds its resources; calls take none
     o.name = name;
     if (timeout > 0) o.timeout_ns = detail::timeout_ns(std::chrono::duration<double>(timeout));
-    return refs_list(submit_call(actor_method(), detail::call_mode::method, nullptr, &actor, method, payload, refs,
+    return refs_of(submit_call(actor_method(), detail::call_mode::method, nullptr, &actor, method, payload, refs,
                                  o, num_returns));
   });
   m.def("find_actor", [](const std::string& name) -> py::object {

@@ -227,7 +227,7 @@ class Pool:
         refs = []
         for chunk in chunks:
             refs.append(_manta.submit_task(stored.ref(), ((_ChunkCall(star, chunk, self._setup),), None), None,
-                                           self._options, 1)[0])
+                                           self._options, 1))
         with self._lock:
             self._live.update(refs)
         return refs
