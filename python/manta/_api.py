@@ -195,3 +195,27 @@ class RuntimeContext:
 
 def get_runtime_context():
     return RuntimeContext()
+
+
+def _ref_future(ref):
+    """A concurrent.futures.Future of the ref's value (a thread waits for it)."""
+    import concurrent.futures
+    future = concurrent.futures.Future()
+
+    def settle():
+        try:
+            future.set_result(get(ref))
+        except BaseException as e:  # the task's error, for whoever looks
+            future.set_exception(e)
+    threading.Thread(target=settle, name="manta-ref-future", daemon=True).start()
+    return future
+
+
+def _ref_await(ref):
+    import asyncio
+    return asyncio.wrap_future(_ref_future(ref)).__await__()
+
+
+# `await ref` in async code, and ref.future(), as Ray's refs allow.
+ObjectRef.future = _ref_future
+ObjectRef.__await__ = _ref_await

@@ -235,3 +235,15 @@ def test_timeout_option(runtime):
         time.sleep(30)
     with pytest.raises(GetTimeoutError):
         ray.get(too_long.remote(), timeout=30)
+
+
+def test_refs_are_awaitable_and_have_futures(runtime):
+    import asyncio
+    r = square.remote(6)
+
+    async def main():
+        return await r
+    assert asyncio.run(main()) == 36
+    assert square.remote(7).future().result(timeout=30) == 49
+    with pytest.raises(ValueError):
+        fails.remote(0).future().result(timeout=30)
