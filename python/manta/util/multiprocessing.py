@@ -12,6 +12,7 @@ functions and lambdas defined anywhere (even in __main__ after the pool
 started) can be mapped.
 """
 import itertools
+import multiprocessing as _std
 import os
 import threading
 
@@ -19,7 +20,8 @@ from manta import _api, _manta
 from manta._remote import _Stored
 from manta.exceptions import GetTimeoutError
 
-TimeoutError = GetTimeoutError  # multiprocessing.TimeoutError's place
+class TimeoutError(_std.TimeoutError, GetTimeoutError):
+    """A wait of the pool ran out: multiprocessing's TimeoutError, and manta's."""
 
 _pool_numbers = itertools.count(1)
 
@@ -81,8 +83,10 @@ class ApplyResult:
                 return
             try:
                 self._value = self._unpack(_api.get(self._refs, timeout=timeout))
-            except GetTimeoutError:
-                raise
+            except GetTimeoutError as e:
+                if isinstance(e, TimeoutError):
+                    raise
+                raise TimeoutError(str(e)) from None
             except BaseException as e:  # a task's error, as raised by get
                 self._error = e
             self._settled = True
