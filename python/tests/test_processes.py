@@ -62,9 +62,9 @@ ray.init(num_cpus=2)
 @ray.remote
 def forever():
     time.sleep(300)
-refs = [forever.remote() for _ in range(2)]
-print("pid", os.getpid(), flush=True)
-try:
+try:  # (a Ctrl-C that comes before the get is caught too)
+    refs = [forever.remote() for _ in range(2)]
+    print("pid", os.getpid(), flush=True)
     ray.get(refs)
 except KeyboardInterrupt:
     print("interrupted", flush=True)
