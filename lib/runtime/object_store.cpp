@@ -185,7 +185,12 @@ std::string object_store::write_out(const std::vector<victim>& batch, std::size_
 }
 
 void object_store::take_releases() {
-  for (auto [at, size] : std::exchange(releases_, {})) file_.release(at, size);
+  std::vector<std::pair<std::uint64_t, std::size_t>> taken;
+  {
+    std::lock_guard l(releases_mu_);
+    taken.swap(releases_);
+  }
+  for (auto [at, size] : taken) file_.release(at, size);
 }
 
 bool object_store::fits_once_unpinned(std::size_t size) {
@@ -316,7 +321,10 @@ void object_store::restore(object_entry* e) {
 void object_store::release_range(std::uint64_t at, std::size_t size) {
   // Under mu_: the file is io_mu_'s, and a write may hold it for seconds. The
   // range is punched by the next spill, or now if the file is free.
-  releases_.emplace_back(at, size);
+  {
+    std::lock_guard l(releases_mu_);  // (a spill's write takes them under io_mu_ alone)
+    releases_.emplace_back(at, size);
+  }
   std::unique_lock io(io_mu_, std::try_to_lock);
   if (io.owns_lock()) take_releases();
 }

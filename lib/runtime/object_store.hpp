@@ -126,7 +126,8 @@ class object_store {
   std::mutex alloc_mu_;
   static thread_local bool alloc_held_here;  ///< this thread holds alloc_mu_ (a restore allocating)
   store::spill_file file_;  ///< io_mu_'s
-  std::vector<std::pair<std::uint64_t, std::size_t>> releases_;  ///< ranges to punch (mu_'s)
+  std::mutex releases_mu_;  ///< (below mu_ and io_mu_)
+  std::vector<std::pair<std::uint64_t, std::size_t>> releases_;  ///< ranges to punch (releases_mu_'s)
   /// Objects being written out or read back (mu_'s): a reader of one waits.
   std::unordered_set<object_entry*> busy_;
   std::condition_variable settled_;  ///< an object left busy_
