@@ -123,14 +123,14 @@ def wait(object_refs, *, num_returns=1, timeout=None, fetch_local=True):
     if isinstance(object_refs, ObjectRef) or not isinstance(object_refs, (list, tuple)):
         raise TypeError("wait() expected a list of ObjectRef, got " + type(object_refs).__name__)
     object_refs = list(object_refs)
+    if not object_refs:  # as Ray: nothing to wait for is an answer, not an error
+        return [], []
     if len(set(object_refs)) != len(object_refs):
         raise ValueError("wait() expected a list of unique ObjectRefs")
     if num_returns < 0 or num_returns > len(object_refs):
         raise ValueError(f"wait(num_returns={num_returns}) with {len(object_refs)} refs")
     if timeout is not None and timeout < 0:
         raise ValueError("wait(timeout=) must be None or >= 0")
-    if not object_refs:
-        return [], []
     flags = _manta.wait(object_refs, num_returns, timeout)
     ready, not_ready = [], []
     for ref, done in zip(object_refs, flags):

@@ -2,7 +2,7 @@
 import inspect
 import threading
 
-from manta import _api, _manta
+from manta import _api, _manta, exceptions
 from manta._manta import ObjectRef
 from manta._serialization import RefSlot
 
@@ -223,7 +223,16 @@ class ActorClass:
             max_task_retries=int(o.get("max_task_retries") or 0), max_concurrency=int(concurrency),
             class_label=self._cls.__qualname__)
         payload, refs = _split_refs(args, kwargs)
-        ref = _manta.create_actor(self._stored.ref(), payload, refs, options)
+        try:
+            ref = _manta.create_actor(self._stored.ref(), payload, refs, options)
+        except exceptions.UsageError as e:
+            if not name or "already exists" not in str(e):
+                raise
+            existing = _manta.find_actor(name) if o.get("get_if_exists") else None
+            if existing is not None:  # another thread made it first
+                return ActorHandle(existing, self._cls.__name__, self._methods)
+            raise ValueError(f"The name '{name}' is already taken: use a different name, or get the "
+                             f"existing actor with get_actor('{name}')") from None
         return ActorHandle(ref, self._cls.__name__, self._methods)
 
 

@@ -87,6 +87,12 @@ def _cloud_dumps(value, protocol, buffer_callback=None):
     return out.getvalue()
 
 
+def pickle_by_value(value):
+    """cloudpickle's bytes, but code __main__ held at init goes by name (so the
+    driver's own class comes back, and ``except MainError:`` catches it)."""
+    return _cloud_dumps(value, 5)
+
+
 def serialize(value):
     """Returns (pickle bytes, list of out-of-band PickleBuffers or None)."""
     # The call payload, (args, kwargs), of plain values: the C pickler alone.

@@ -3,9 +3,7 @@ import base64
 import sys
 import traceback
 
-import cloudpickle
-
-from manta._serialization import RefSlot
+from manta._serialization import RefSlot, pickle_by_value
 
 PICKLED_EXCEPTION_MARK = "\n--- manta pickled exception ---\n"
 
@@ -90,7 +88,7 @@ def describe_exception(exc, tb=None):
     if len(text) > 12 * 1024:  # the runtime keeps 64 KiB of a message
         text = text[:2048] + "\n[...]\n" + text[-10 * 1024:]
     try:
-        pickled = base64.b64encode(cloudpickle.dumps(to_pickle)).decode("ascii")
+        pickled = base64.b64encode(pickle_by_value(to_pickle)).decode("ascii")
     except Exception:  # an exception that cannot be pickled: its text alone
         pickled = ""
     if len(pickled) > 48 * 1024:

@@ -101,7 +101,12 @@ std::vector<detail::ref_node*> submit_call(const detail::function_info& callable
     request.actor = actor->node();
   }
   std::vector<detail::ref_node*> out(static_cast<std::size_t>(num_returns));
-  detail::submit(std::move(request), out.data());
+  {
+    // Released: local mode runs the call here, and another thread's call may
+    // hold the runtime while it waits for the GIL.
+    py::gil_scoped_release nogil;
+    detail::submit(std::move(request), out.data());
+  }
   return out;
 }
 

@@ -123,15 +123,16 @@ void store_result(detail::invocation& inv, std::size_t i, py::handle value) {
 void store_results(detail::invocation& inv, py::handle result) {
   const std::size_t n = inv.num_returns();
   if (n == 1) return store_result(inv, 0, result);
-  py::sequence seq;
-  try {
-    seq = py::reinterpret_borrow<py::sequence>(result);
-    if (!PySequence_Check(result.ptr()) || py::len(seq) != n) throw py::value_error();
-  } catch (const py::error_already_set&) {
-    throw py::value_error("manta: a call with num_returns=" + std::to_string(n) + " returned " +
-                          py::repr(result).cast<std::string>().substr(0, 200) + ", not a sequence of " +
-                          std::to_string(n) + " values");
+  if (!PySequence_Check(result.ptr()) || PySequence_Size(result.ptr()) != static_cast<Py_ssize_t>(n)) {
+    PyErr_Clear();  // (a sequence without a length)
+    const std::string message = "manta: a call with num_returns=" + std::to_string(n) + " returned " +
+                                py::repr(result).cast<std::string>().substr(0, 200) + ", not a sequence of " +
+                                std::to_string(n) + " values";
+    // Raised as Python's ValueError, so the caller's get raises one (as Ray).
+    PyErr_SetString(PyExc_ValueError, message.c_str());
+    throw py::error_already_set();
   }
+  const auto seq = py::reinterpret_borrow<py::sequence>(result);
   for (std::size_t i = 0; i < n; ++i) store_result(inv, i, seq[i]);
 }
 
@@ -151,7 +152,8 @@ void run_python(F&& body) {
       return;
     } catch (py::error_already_set& e) {
       try {
-        py::tuple d = w.describe(e.value(), e.trace());
+        py::object trace = e.trace() ? e.trace() : py::none();
+        py::tuple d = w.describe(e.value(), trace);
         type_name = d[0].cast<std::string>();
         message = d[1].cast<std::string>();
       } catch (py::error_already_set& inner) {

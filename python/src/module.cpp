@@ -221,6 +221,7 @@ void define_module(py::module_& m) {
                       static_cast<unsigned long long>(r.id().lo));
         return std::string(s);
       })
+      .def("__repr__", [](py::handle self) { return "ObjectRef(" + self.attr("hex")().cast<std::string>() + ")"; })
       .def("_id", [](const object_ref& r) { return py::make_tuple(r.id().hi, r.id().lo); })
       .def("__eq__", [](const object_ref& a, py::handle b) {
         return py::isinstance<object_ref>(b) && a.id() == b.cast<const object_ref&>().id();
@@ -299,8 +300,15 @@ void define_module(py::module_& m) {
     if (!n) return py::none();
     return py::cast(object_ref(n));
   });
-  m.def("kill_actor", [](const object_ref& a) { detail::kill_actor(a.node()); });
-  m.def("cancel", [](const object_ref& r) { detail::cancel_producer(r.node()); });
+  // Released for local mode's sake, as submit_call.
+  m.def("kill_actor", [](const object_ref& a) {
+    py::gil_scoped_release nogil;
+    detail::kill_actor(a.node());
+  });
+  m.def("cancel", [](const object_ref& r) {
+    py::gil_scoped_release nogil;
+    detail::cancel_producer(r.node());
+  });
   m.def("gpu_ids", [] { return manta::gpu_ids(); });
   m.def("resources", [](bool available) { return detail::node_resources(available); });
   m.def("node_id", [] { return manta::node_id(); });

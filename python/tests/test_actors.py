@@ -85,6 +85,9 @@ def test_named_actor_and_kill(runtime):
     assert ray.get(same.incr.remote()) == 4
     with pytest.raises(ValueError):
         ray.get_actor("nobody")
+    with pytest.raises(ValueError, match="already taken"):  # Ray's error for a name in use
+        Counter.options(name="the-counter").remote(0)
+    assert ray.get(Counter.options(name="the-counter", get_if_exists=True).remote(0).incr.remote()) == 5
     ray.kill(c)
     with pytest.raises(RayActorError):
         ray.get(c.incr.remote(), timeout=30)

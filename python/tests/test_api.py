@@ -6,6 +6,7 @@ import pytest
 
 import manta
 import manta as ray
+from conftest import run_python
 from manta.exceptions import GetTimeoutError, RayError, RayTaskError, TaskCancelledError
 
 
@@ -189,7 +190,44 @@ def test_get_timeout_and_bad_input(runtime):
         ray.wait(r)
     with pytest.raises(ValueError):
         ray.wait([r, r])
+    assert ray.wait([]) == ([], [])  # as Ray: nothing to wait for
+    assert repr(r) == f"ObjectRef({r.hex()})"
     ray.cancel(r)
+
+
+def test_num_returns_that_the_result_does_not_match(runtime):
+    @ray.remote(num_returns=2)
+    def one():
+        return 1
+    first, second = one.remote()
+    with pytest.raises(ValueError, match="num_returns=2"):  # Python's ValueError, as Ray raises
+        ray.get(first)
+    with pytest.raises(ValueError):
+        ray.get(second)
+
+
+def test_an_exception_class_of_main_is_caught_by_its_name():
+    # A class __main__ held at init comes back as the driver's own class.
+    code = '''
+import manta as ray
+
+class MainError(Exception):
+    pass
+
+ray.init(num_cpus=1)
+
+@ray.remote
+def fails():
+    raise MainError("from a task")
+
+try:
+    ray.get(fails.remote())
+except MainError as e:
+    print("caught", type(e).__name__)
+'''
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
+    assert "caught RayTaskError(MainError)" in out.stdout
 
 
 def test_retry_exceptions(runtime, tmp_path):

@@ -1,5 +1,6 @@
 """local_mode=True: everything runs in the driver, as the C++ local mode does."""
 import os
+import time
 
 import pytest
 
@@ -32,3 +33,31 @@ def test_local_mode(fresh):
     def nested():
         return ray.get(where.remote())
     assert ray.get(nested.remote()) == os.getpid()
+
+
+def test_local_mode_calls_from_two_threads(fresh):
+    # Each thread's submit runs its task in place; one holding the runtime
+    # while the other held the GIL hung both.
+    import threading
+    ray.init(local_mode=True)
+
+    @ray.remote
+    def slow_square(x):
+        total = 0
+        for i in range(300000):  # long enough to switch threads inside
+            total += i
+        return x * x
+
+    results = {}
+
+    def loop(k):
+        results[k] = [ray.get(slow_square.remote(i)) for i in range(10)]
+
+    threads = [threading.Thread(target=loop, args=(k,), daemon=True) for k in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    for t in threads:
+        t.join(max(0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "local mode hung with two threads"
+    assert results == {k: [i * i for i in range(10)] for k in range(2)}
