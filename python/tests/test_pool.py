@@ -2,6 +2,7 @@
 for the standard library (swap it for `from multiprocessing import Pool,
 TimeoutError` and it passes there too)."""
 import os
+import threading
 import time
 
 import pytest
@@ -60,6 +61,51 @@ def test_imap_and_imap_unordered():
         with pytest.raises(TimeoutError):
             it.next(timeout=0.01)
         assert it.next(timeout=30) == 0.5
+
+
+def gated(gate):
+    yield 1
+    if not gate.wait(60):  # opened by the reader once it holds the first result
+        raise RuntimeError("the iterable was read ahead of its results")
+    yield 2
+
+
+def broken_after_three():
+    yield from range(3)
+    raise KeyError("the iterable broke")
+
+
+def open_file(path):
+    with open(path):
+        pass
+
+
+def test_imap_reads_its_iterable_as_it_goes():
+    with Pool(2) as pool:
+        for imap in (pool.imap, pool.imap_unordered):
+            gate = threading.Event()
+            it = imap(square, gated(gate))
+            assert it.next(timeout=30) == 1
+            gate.set()
+            assert list(it) == [4]
+        it = pool.imap(square, broken_after_three())
+        assert [next(it), next(it), next(it)] == [0, 1, 4]
+        with pytest.raises(KeyError):
+            next(it)
+
+
+def test_errors_are_the_tasks_own_exceptions(tmp_path):
+    missing = str(tmp_path / "missing")
+    with Pool(2) as pool:
+        with pytest.raises(FileNotFoundError) as info:
+            pool.apply(open_file, (missing,))
+        assert type(info.value) is FileNotFoundError
+        assert info.value.errno == 2 and info.value.filename == missing
+        with pytest.raises(ValueError) as info:
+            pool.map(fail_on_three, range(5))
+        assert info.value.args == ("three",)
+        with pytest.raises(FileNotFoundError):
+            next(pool.imap(open_file, [missing]))
 
 
 def test_async_results_and_callbacks():

@@ -30,6 +30,23 @@ def test_actor_pool_map_and_by_hand(runtime):
         pool.push(idle)
 
 
+@ray.remote
+class Sleeper:
+    def nap(self, v):
+        import time
+        time.sleep(v)
+        return v
+
+
+def test_actor_pool_map_left_unread_does_not_leak_into_the_next(runtime):
+    pool = ActorPool([Sleeper.remote(), Sleeper.remote()])
+    first = pool.map(lambda a, v: a.nap.remote(v), [0.3, 0.3, 0.3])  # submitted now, never read
+    assert pool.has_next()
+    second = list(pool.map(lambda a, v: a.nap.remote(v), [0, 0.01, 0.02]))
+    assert second == [0, 0.01, 0.02]
+    assert list(first) == []  # dropped by the second map, as Ray drops it
+
+
 def test_queue_between_tasks(runtime):
     q = Queue(maxsize=2)
 

@@ -19,23 +19,37 @@ class ActorPool:
         self._pending = []           # (fn, value) waiting for an idle actor
 
     def map(self, fn, values):
-        """Results of fn(actor, value) for each value, in the order of values."""
-        while self.has_next():  # what an earlier map left
-            try:
-                self.get_next_unordered(timeout=0)
-            except TimeoutError:
-                break
+        """Results of fn(actor, value) for each value, in the order of values.
+        The values are submitted now; the results come as they are iterated."""
+        self._drain()
         for v in values:
             self.submit(fn, v)
-        while self.has_next():
-            yield self.get_next()
+
+        def results():
+            while self.has_next():
+                yield self.get_next()
+        return results()
 
     def map_unordered(self, fn, values):
         """Results of fn(actor, value) for each value, as they finish."""
+        self._drain()
         for v in values:
             self.submit(fn, v)
-        while self.has_next():
-            yield self.get_next_unordered()
+
+        def results():
+            while self.has_next():
+                yield self.get_next_unordered()
+        return results()
+
+    def _drain(self):
+        """What an earlier map left unread is waited for and dropped (as Ray),
+        so the next map's results are its own."""
+        while self._future_to_actor:
+            try:
+                self.get_next_unordered()
+            except Exception:  # a dropped result's error is dropped with it
+                pass
+        self._pending.clear()  # (left only by a pool without actors)
 
     def submit(self, fn, value):
         """Schedules fn(actor, value) on an idle actor, or once one is free."""

@@ -11,19 +11,32 @@ runtime itself when none is running. Work goes out as tasks of chunks, so
 functions and lambdas defined anywhere (even in __main__ after the pool
 started) can be mapped.
 """
+import collections
 import itertools
 import multiprocessing as _std
 import os
 import threading
+import time
+import uuid
+from multiprocessing.pool import RemoteTraceback
 
 from manta import _api, _manta
 from manta._remote import _Stored
-from manta.exceptions import GetTimeoutError
+from manta.exceptions import GetTimeoutError, RayTaskError
 
 class TimeoutError(_std.TimeoutError, GetTimeoutError):
     """A wait of the pool ran out: multiprocessing's TimeoutError, and manta's."""
 
-_pool_numbers = itertools.count(1)
+
+def _as_raised_by_multiprocessing(error):
+    """A task's error as multiprocessing raises it: the original exception
+    (its class, args and attributes such as errno), the remote traceback as
+    its cause."""
+    if isinstance(error, RayTaskError) and error.cause is not None and not isinstance(error.cause, RayTaskError):
+        original = error.cause
+        original.__cause__ = RemoteTraceback(error.traceback_str)
+        return original
+    return error
 
 
 class _ChunkCall:
@@ -88,7 +101,7 @@ class ApplyResult:
                     raise
                 raise TimeoutError(str(e)) from None
             except BaseException as e:  # a task's error, as raised by get
-                self._error = e
+                self._error = _as_raised_by_multiprocessing(e)
             self._settled = True
             self._pool._forget(self._refs)
 
@@ -141,38 +154,85 @@ class MapResult(ApplyResult):
 
 
 class IMapIterator:
-    """What imap returns: iterate, or next(timeout)."""
+    """What imap returns: iterate, or next(timeout).
 
-    def __init__(self, pool, refs, ordered):
+    A thread of its own reads the iterable and submits its chunks as it goes
+    (as multiprocessing's task handler does), so results come while a slow or
+    endless iterable is still being read."""
+
+    def __init__(self, pool, fn, iterable, chunksize, ordered):
         self._pool = pool
-        self._pending = list(refs)
         self._ordered = ordered
-        self._buffer = []
-        self._lock = threading.Lock()
+        self._buffer = collections.deque()
+        self._lock = threading.Lock()  # one reader at a time
+        self._fed = threading.Condition()
+        self._pending = []  # submitted chunks' refs, in order
+        self._fed_all = False
+        self._feed_error = None  # what reading the iterable raised
+        self._feeder = threading.Thread(target=self._feed, args=(fn, iterable, chunksize),
+                                        name="manta-pool-imap", daemon=True)
+        pool._started_feeder(self._feeder)
+        self._feeder.start()
+
+    def _feed(self, fn, iterable, chunksize):
+        # Chunks running or queued at most: an endless iterable is read as
+        # the workers keep up, not into memory (the count waits for the
+        # workers, never for the reader, so join cannot wait on the reader).
+        ahead = max(8, 4 * self._pool._processes)
+        in_flight = []
+        try:
+            items = iter(iterable)
+            while not self._pool._terminated:
+                chunk = list(itertools.islice(items, chunksize))
+                if not chunk:
+                    break
+                ref = self._pool._submit_chunks(fn, [chunk], star=False)[0]
+                with self._fed:
+                    self._pending.append(ref)
+                    self._fed.notify_all()
+                in_flight.append(ref)
+                while len(in_flight) >= ahead and not self._pool._terminated:
+                    _, in_flight = _api.wait(in_flight, num_returns=len(in_flight) - ahead + 1, timeout=0.5)
+        except BaseException as e:  # raised by next() once the chunks before it are read
+            self._feed_error = e
+        finally:
+            with self._fed:
+                self._fed_all = True
+                self._fed.notify_all()
 
     def __iter__(self):
         return self
 
-    def __next__(self):
-        return self.next()
-
     def next(self, timeout=None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left():
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
         with self._lock:
             while not self._buffer:
-                if not self._pending:
-                    raise StopIteration
-                if self._ordered:
-                    ref = self._pending[0]
-                    ready, _ = _api.wait([ref], timeout=timeout)
-                else:
-                    ready, _ = _api.wait(self._pending, num_returns=1, timeout=timeout)
+                with self._fed:
+                    while not self._pending and not self._fed_all:
+                        if not self._fed.wait(left()) and deadline is not None and left() == 0:
+                            raise TimeoutError(f"no result within {timeout} s")
+                    if not self._pending:
+                        if self._feed_error is not None:
+                            error, self._feed_error = self._feed_error, None
+                            raise error
+                        raise StopIteration
+                    pending = list(self._pending) if not self._ordered else [self._pending[0]]
+                ready, _ = _api.wait(pending, num_returns=1, timeout=left())
                 if not ready:
                     raise TimeoutError(f"no result within {timeout} s")
                 ref = ready[0]
-                self._pending.remove(ref)
+                with self._fed:
+                    self._pending.remove(ref)
                 self._pool._forget([ref])
-                self._buffer.extend(_api.get(ref))  # a failed chunk raises here, once
-            return self._buffer.pop(0)
+                try:
+                    self._buffer.extend(_api.get(ref))  # a failed chunk raises here, once
+                except RayTaskError as e:
+                    raise _as_raised_by_multiprocessing(e)
+            return self._buffer.popleft()
 
     __next__ = next
 
@@ -196,7 +256,7 @@ class Pool:
             _api.init(address=ray_address, num_cpus=processes)
         cpus = _api.cluster_resources().get("CPU", os.cpu_count() or 1)
         self._processes = processes or int(cpus) or 1
-        self._number = next(_pool_numbers)
+        self._number = uuid.uuid4().hex  # names the pool in workers (of any driver)
         self._setup = (self._number, initializer, tuple(initargs)) if initializer is not None else None
         # Fewer processes than the runtime's workers: each chunk holds a larger share.
         share = max(1.0, cpus / self._processes) if processes else 1.0
@@ -210,6 +270,8 @@ class Pool:
         self._results_thread = None
         self._stopping = False
         self._live = set()  # refs of submitted work not yet taken
+        self._feeders = []  # imap's threads reading their iterables
+        self._terminated = False
 
     # ---- submitting
 
@@ -235,6 +297,11 @@ class Pool:
         with self._lock:
             self._live.update(refs)
         return refs
+
+    def _started_feeder(self, thread):
+        with self._lock:
+            self._feeders = [t for t in self._feeders if t.is_alive()]
+            self._feeders.append(thread)
 
     def _forget(self, refs):
         """These refs are done and taken: terminate and join need not see them."""
@@ -311,12 +378,17 @@ class Pool:
 
     def imap(self, func, iterable, chunksize=1):
         self._check_running()
-        return IMapIterator(self, self._submit_chunks(func, self._chunks(iterable, chunksize, False), False), True)
+        return IMapIterator(self, func, iterable, self._imap_chunksize(chunksize), True)
 
     def imap_unordered(self, func, iterable, chunksize=1):
         self._check_running()
-        return IMapUnorderedIterator(
-            self, self._submit_chunks(func, self._chunks(iterable, chunksize, False), False), False)
+        return IMapUnorderedIterator(self, func, iterable, self._imap_chunksize(chunksize), False)
+
+    @staticmethod
+    def _imap_chunksize(chunksize):
+        if chunksize < 1:
+            raise ValueError(f"Chunksize must be 1+, not {chunksize:n}")
+        return int(chunksize)
 
     # ---- ending
 
@@ -328,6 +400,12 @@ class Pool:
     def terminate(self):
         """Stops the work at once: what has not finished is cancelled."""
         self._state = "terminate"
+        self._terminated = True  # imap's feeders submit no more
+        with self._lock:
+            feeders = list(self._feeders)
+        for thread in feeders:
+            if thread is not threading.current_thread():
+                thread.join(5)  # (one blocked reading its iterable is left: it submits nothing more)
         with self._lock:
             refs, self._live = self._live, set()
         for ref in refs:
@@ -341,6 +419,10 @@ class Pool:
         """Waits for the submitted work (after close or terminate)."""
         if self._state == "run":
             raise ValueError("Pool is still running")
+        with self._lock:
+            feeders = list(self._feeders)
+        for thread in feeders:  # imap's iterables are read to their end first, as multiprocessing does
+            thread.join()
         with self._lock:
             refs = list(self._live)
         if refs:
