@@ -89,6 +89,23 @@ class Rendezvous {
 };
 MANTA_ACTOR(Rendezvous, &Rendezvous::wait_for_partner, &Rendezvous::partner);
 
+/// Calls that return once `n` of them are running at once.
+class Gathering {
+ public:
+  bool arrive(int n) {
+    std::unique_lock lock(mu_);
+    ++arrived_;
+    cv_.notify_all();
+    return cv_.wait_for(lock, 20s, [&] { return arrived_ >= n; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+};
+MANTA_ACTOR(Gathering, &Gathering::arrive);
+
 int call_through(manta::actor_handle<Counter> c) { return manta::get(c.task(&Counter::increment).remote()); }
 int pass_on(manta::actor_handle<Counter> c) { return manta::get(manta::task(call_through).remote(c)); }
 manta::actor_handle<Counter> make_counter(int start) { return manta::actor<Counter>().remote(start); }
@@ -332,6 +349,15 @@ TEST_P(actors, max_concurrency_runs_methods_at_once) {
   auto partner = r.task(&Rendezvous::partner).remote();
   EXPECT_TRUE(manta::get(waiter, 20s));
   EXPECT_TRUE(manta::get(partner, 20s));
+}
+
+// The host starts 16 executor threads and adds more only while all are busy:
+// 40 calls that wait for each other need all 40 at once.
+TEST_P(actors, max_concurrency_beyond_the_threads_started_at_once) {
+  auto g = manta::actor<Gathering>().max_concurrency(40).remote();
+  std::vector<manta::object_ref<bool>> calls;
+  for (int i = 0; i < 40; ++i) calls.push_back(g.task(&Gathering::arrive).remote(40));
+  for (auto& c : calls) EXPECT_TRUE(manta::get(c, 30s));
 }
 
 TEST(resources, custom_resources_are_held_and_waited_for) {

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <exception>
 #include <stdexcept>
 #include <system_error>
@@ -16,36 +18,74 @@
 namespace manta::process {
 namespace {
 
-[[noreturn]] void execute_calls(worker_context& ctx) {
-  try {
-    context_use hold;  // a worker's context lives as long as the process
-    std::string body;
-    for (;;) {
-      ctx.take_task(body);
-      run_task_body(ctx, body);
-    }
-  } catch (const std::exception& e) {
-    MANTA_ERROR << "actor host: " << e.what();
-  } catch (...) {
+/// The executor threads of a threaded actor: the first few start with the
+/// host, the rest only when every started one is busy, so an async actor's
+/// max_concurrency of 1000 costs threads only for calls that overlap.
+class executors {
+ public:
+  static constexpr int started_at_once = 16;
+
+  executors(worker_context& ctx, int max) : ctx_(ctx), max_(max) {}
+
+  /// Runs the calls on this thread alone (max_concurrency 1).
+  [[noreturn]] void run_here() {
+    started_ = max_;
+    execute_calls();
   }
-  ::_exit(70);
-}
+
+  /// Starts the first threads. @throws std::runtime_error if one cannot start
+  void start() {
+    const int first = std::min(max_, started_at_once);
+    for (int i = 0; i < first; ++i) add();
+  }
+
+ private:
+  [[noreturn]] void execute_calls() {
+    try {
+      context_use hold;  // a worker's context lives as long as the process
+      std::string body;
+      for (;;) {
+        idle_.fetch_add(1);
+        ctx_.take_task(body);
+        if (idle_.fetch_sub(1) == 1 && started_.load() < max_) add();  // one still waits for the next call
+        run_task_body(ctx_, body);
+      }
+    } catch (const std::exception& e) {
+      MANTA_ERROR << "actor host: " << e.what();
+    } catch (...) {
+    }
+    ::_exit(70);
+  }
+
+  void add() {
+    const int n = started_.fetch_add(1) + 1;
+    if (n > max_) {
+      started_.fetch_sub(1);
+      return;
+    }
+    try {
+      std::thread([this] { execute_calls(); }).detach();
+    } catch (const std::system_error& e) {
+      // Out of the loop: the process ends, the actor dies with this reason logged.
+      throw std::runtime_error("cannot start executor thread " + std::to_string(n) + " of " +
+                               std::to_string(max_) + " (max_concurrency): " + e.what());
+    }
+  }
+
+  worker_context& ctx_;
+  const int max_;
+  std::atomic<int> started_{0};
+  std::atomic<int> idle_{0};
+};
 
 }  // namespace
 
 void host_actor(worker_context& ctx) {
   const int n = ctx.concurrency();
-  if (n <= 1) execute_calls(ctx);
+  auto* threads = new executors(ctx, std::max(n, 1));  // as long as the process: never freed
+  if (n <= 1) threads->run_here();
   ctx.set_threaded();
-  for (int i = 0; i < n; ++i) {
-    try {
-      std::thread([&ctx] { execute_calls(ctx); }).detach();
-    } catch (const std::system_error& e) {
-      // The worker loop ends the process: the actor dies with this reason logged.
-      throw std::runtime_error("cannot start executor thread " + std::to_string(i + 1) + " of " +
-                               std::to_string(n) + " (max_concurrency): " + e.what());
-    }
-  }
+  threads->start();
   ctx.read_forever();
 }
 

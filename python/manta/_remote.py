@@ -185,6 +185,8 @@ class ActorClass:
         self._options = dict(options)
         self._stored = stored or _Stored(cls)
         self._methods = _method_table(cls)
+        self._is_async = any(inspect.iscoroutinefunction(m) or inspect.isasyncgenfunction(m)
+                             for _, m in inspect.getmembers(cls, callable))
         self.__name__ = cls.__name__
         self.__qualname__ = cls.__qualname__
         self.__module__ = cls.__module__
@@ -214,8 +216,8 @@ class ActorClass:
             if existing is not None:
                 return ActorHandle(existing, self._cls.__name__, self._methods)
         concurrency = o.get("max_concurrency")
-        if concurrency is None:
-            concurrency = 1
+        if concurrency is None:  # Ray's defaults: 1000 calls in flight for an async actor, else 1
+            concurrency = 1000 if self._is_async else 1
         options = _manta.TaskOptions(
             num_cpus=float(o.get("num_cpus") or 0), num_gpus=float(o.get("num_gpus") or 0),
             resources=dict(o.get("resources") or {}), memory=int(o.get("memory") or 0),

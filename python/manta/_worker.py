@@ -1,6 +1,7 @@
 """What workers and actor hosts run for a Python call (called from C++)."""
 import base64
 import sys
+import threading
 import traceback
 
 from manta._serialization import RefSlot, pickle_by_value
@@ -37,14 +38,32 @@ def run_method(instance, name, payload, resolved):
         return type(instance)
     method = getattr(instance, name)
     result = method(*args, **(kwargs or {}))
-    if hasattr(result, "__await__"):  # an async method: run it to its end here
+    if hasattr(result, "__await__"):  # an async method: on the actor's event loop
         import asyncio
-        result = asyncio.run(_awaited(result))
+        result = asyncio.run_coroutine_threadsafe(_awaited(result), _actor_loop()).result()
     return result
 
 
 async def _awaited(awaitable):
     return await awaitable
+
+
+# An actor's async methods share one event loop, on a thread of its own, as
+# Ray's async actors do: they overlap while they await, and an asyncio.Event
+# one call makes is awaited by another. The calling executor thread waits.
+_loop = None
+_loop_lock = threading.Lock()
+
+
+def _actor_loop():
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            import asyncio
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="manta-actor-asyncio", daemon=True).start()
+            _loop = loop
+    return _loop
 
 
 def set_up_process():

@@ -144,6 +144,13 @@ void run_python(F&& body) {
   std::string type_name, message;
   {
     py::gil_scoped_acquire gil;
+    // A thread's Python state lives as long as the thread (an actor's
+    // executors): made and dropped per call, it wiped threading.local.
+    static thread_local bool state_kept = false;
+    if (!state_kept) {
+      gil.inc_ref();
+      state_kept = true;
+    }
     worker_side& w = side_of_worker();
     argument_views views;
     try {

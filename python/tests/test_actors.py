@@ -138,6 +138,25 @@ def test_threaded_actor_whose_methods_wait(runtime):
     assert ray.get([g.fan_out.remote(10) for _ in range(4)], timeout=60) == [45] * 4
 
 
+def test_threaded_actor_keeps_each_threads_locals(runtime):
+    @ray.remote(max_concurrency=2)
+    class Marks:
+        def __init__(self):
+            self.local = threading.local()
+
+        def mark(self):
+            seen = getattr(self.local, "n", 0)
+            self.local.n = seen + 1
+            return threading.get_ident(), seen
+
+    m = Marks.remote()
+    by_thread = {}
+    for ident, seen in (ray.get(m.mark.remote(), timeout=30) for _ in range(6)):
+        by_thread.setdefault(ident, []).append(seen)
+    # 6 calls on at most 2 threads: each thread's counts go on from its last
+    assert all(seen == list(range(len(seen))) for seen in by_thread.values()), by_thread
+
+
 def test_async_methods(runtime):
     @ray.remote
     class AsyncActor:
@@ -148,6 +167,33 @@ def test_async_methods(runtime):
 
     a = AsyncActor.remote()
     assert ray.get([a.twice.remote(i) for i in range(3)]) == [0, 2, 4]
+
+
+def test_async_actor_calls_share_one_loop_and_overlap(runtime):
+    # Ray's async actor: one event loop; a call awaits what another sets.
+    @ray.remote
+    class Signal:
+        def __init__(self):
+            self.event = None
+
+        async def wait(self):
+            import asyncio
+            if self.event is None:
+                self.event = asyncio.Event()
+            await self.event.wait()
+            return "released"
+
+        async def send(self):
+            import asyncio
+            if self.event is None:
+                self.event = asyncio.Event()
+            self.event.set()
+            return "sent"
+
+    s = Signal.remote()
+    waiters = [s.wait.remote() for _ in range(20)]  # more than a thread each would need by default
+    assert ray.get(s.send.remote(), timeout=30) == "sent"
+    assert ray.get(waiters, timeout=30) == ["released"] * 20
 
 
 def test_actor_constructor_failure(runtime):
