@@ -88,10 +88,17 @@ std::vector<detail::ref_node*> submit_call(const detail::function_info& callable
   h.borrowed = header.data();
   h.size = header.size();
   w.value(h);
-  if (stored)
+  if (stored) {
     w.ref(stored.node(), flat_tag);
-  else
-    w.value(encoded.inline_value());
+  } else {
+    const detail::encoded_value v = encoded.inline_value();
+    if (v.size < large_pickle_bytes) {
+      w.value(v);
+    } else {
+      py::gil_scoped_release nogil;  // written into the arena: may wait for room
+      w.value(v);
+    }
+  }
   for (const object_ref* r : arg_refs) w.ref(r->node(), pickle_tag);
   // The function's pickle lives while the call does (a lambda's RemoteFunction may go first).
   if (function) request.contained.push_back(fn);

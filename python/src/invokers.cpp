@@ -56,7 +56,7 @@ std::unordered_map<object_id, py::object>& function_cache() {
 }
 constexpr std::size_t max_cached_functions = 4096;
 
-/// Fetches and unpickles a stored object this process knows only by id.
+/// Fetches and unpickles a function or class this process knows only by id.
 py::object load_by_id(const object_id& id) {
   detail::ref_node* n = detail::ref_from_id(id);
   detail::object_data d;
@@ -67,7 +67,7 @@ py::object load_by_id(const object_id& id) {
     detail::release(n);
     throw;
   }
-  return decode(d, n);
+  return decode_copied(d, n);  // cached: must not pin what a closure holds
 }
 
 py::object function_of(const object_id& id) {
@@ -103,14 +103,18 @@ decoded_call decode_call(detail::invocation& inv, argument_views& views) {
 void store_result(detail::invocation& inv, std::size_t i, py::handle value) {
   encoded_object e(value);
   if (!e.has_buffers()) {
-    inv.set_result(i, e.inline_value());
+    const detail::encoded_value v = e.inline_value();
+    if (v.size < large_pickle_bytes) return inv.set_result(i, v);
+    py::gil_scoped_release nogil;  // may wait for the arena, as put_encoded
+    inv.set_result(i, v);
   } else if (!e.contained.empty()) {
     detail::encoded_value v;
     v.type_tag = flat_tag;
     v.owned.resize(e.flat_size());
-    e.write_flat(reinterpret_cast<std::byte*>(v.owned.data()));
     v.size = v.owned.size();
     v.contained = e.contained;
+    py::gil_scoped_release nogil;
+    e.write_flat(reinterpret_cast<std::byte*>(v.owned.data()));
     inv.set_result(i, v);
   } else {
     py::gil_scoped_release nogil;

@@ -145,7 +145,12 @@ void encoded_object::write_flat(std::byte* out) const noexcept {
 }
 
 detail::ref_node* put_encoded(const encoded_object& e) {
-  if (!e.has_buffers()) return detail::put_value(e.inline_value());
+  if (!e.has_buffers()) {
+    const detail::encoded_value v = e.inline_value();
+    if (v.size < large_pickle_bytes) return detail::put_value(v);
+    py::gil_scoped_release nogil;  // a large one may wait for the arena (spilling)
+    return detail::put_value(v);
+  }
   if (!e.contained.empty()) {
     // put_extent cannot carry refs: a value holding both goes through a copy.
     detail::encoded_value v;
@@ -157,6 +162,7 @@ detail::ref_node* put_encoded(const encoded_object& e) {
     }
     v.size = v.owned.size();
     v.contained = e.contained;
+    py::gil_scoped_release nogil;
     return detail::put_value(v);
   }
   py::gil_scoped_release nogil;
@@ -172,7 +178,8 @@ detail::ref_node* put_encoded(const encoded_object& e) {
 
 namespace {
 
-/// The value of a stored pickle and its buffers, viewed through `pin`.
+/// The value of a stored pickle and its buffers, viewed through `pin`, or
+/// copied when `pin` is null.
 py::object decode_flat(const detail::object_data& d, const std::shared_ptr<pin_holder>& pin) {
   if (d.type_tag != flat_tag)
     throw py::type_error("manta: the object holds a value stored by C++ (" + detail::type_name_of_tag(d.type_tag) +
@@ -190,7 +197,10 @@ py::object decode_flat(const detail::object_data& d, const std::shared_ptr<pin_h
     std::memcpy(&e, d.data + sizeof h + i * sizeof e, sizeof e);
     if (e.offset > d.size || e.size > d.size - e.offset)
       throw py::value_error("manta: a stored Python value is malformed");
-    buffers.append(py::cast(arena_view{pin, d.data + e.offset, e.size}));
+    if (pin)
+      buffers.append(py::cast(arena_view{pin, d.data + e.offset, e.size}));
+    else
+      buffers.append(py::bytearray(reinterpret_cast<const char*>(d.data + e.offset), e.size));
   }
   auto pickle = py::memoryview::from_memory(const_cast<std::byte*>(d.data + h.pickle_offset),
                                             static_cast<py::ssize_t>(h.pickle_size), true);
@@ -215,6 +225,19 @@ py::object decode(const detail::object_data& d, detail::ref_node* pinned) {
   return decode_flat(d, std::make_shared<pin_holder>(pinned));
 }
 
+py::object decode_copied(const detail::object_data& d, detail::ref_node* pinned) {
+  if (d.type_tag == pickle_tag) return decode(d, pinned);
+  py::object value;
+  try {
+    value = decode_flat(d, nullptr);
+  } catch (...) {
+    drop_pinned(pinned);
+    throw;
+  }
+  drop_pinned(pinned);
+  return value;
+}
+
 py::object argument_views::decode(const detail::object_data& d, const object_id& id) {
   if (d.type_tag != flat_tag || id.empty()) return python::decode(d, nullptr);
   auto pin = std::make_shared<pin_holder>(nullptr, id);
@@ -226,6 +249,7 @@ py::object argument_views::decode(const detail::object_data& d, const object_id&
 void argument_views::keep_escaped() {
   for (auto& pin : holders_) {
     if (pin.use_count() == 1) continue;  // nothing views it any more
+    if (pin->node) continue;             // pinned by an earlier call of this (which then threw)
     // Still viewed: pinned for the views before the task's end lets its input go.
     detail::ref_node* n = detail::ref_from_id(pin->id);
     try {

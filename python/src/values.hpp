@@ -24,6 +24,9 @@ inline constexpr std::uint64_t call_tag = 0x6d2e70792e636c31;    ///< a call's h
 
 /// Buffers smaller than this stay inside the pickle.
 inline constexpr std::size_t out_of_band_bytes = 64 * 1024;
+/// A pickle this large is stored with the GIL released: the store may wait
+/// for room (spilling) meanwhile.
+inline constexpr std::size_t large_pickle_bytes = 64 * 1024;
 
 /// The Python functions of manta._serialization, looked up once at import.
 struct python_side {
@@ -69,6 +72,11 @@ detail::ref_node* put_encoded(const encoded_object& e);
 /// go at once, or, when the value views the arena, once the last view is gone.
 /// @throws py::type_error for a value a C++ program stored
 py::object decode(const detail::object_data& data, detail::ref_node* pinned);
+
+/// As decode, but buffers are copied out of the arena and `pinned` let go at
+/// once: for values kept long (a worker's cached functions), which must not
+/// pin their objects for as long.
+py::object decode_copied(const detail::object_data& data, detail::ref_node* pinned);
 
 /// Lets go of a node fetched and pinned by this caller (unpin, then release).
 void drop_pinned(detail::ref_node* n) noexcept;

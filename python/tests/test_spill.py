@@ -27,3 +27,14 @@ def test_views_pin_and_a_store_full_of_them_says_so(fresh, tmp_path):
     assert [int(h[0]) for h in held] == [0, 1, 2, 3]  # untouched
     del held
     ray.put(np.zeros(40 << 20, dtype=np.uint8))  # room once the views are gone
+
+
+def test_a_function_holding_an_array_does_not_pin_it_in_workers(fresh, tmp_path):
+    # Each worker keeps the functions it ran; one closing over a large array
+    # kept it pinned as long (views of the arena), so the store filled up.
+    ray.init(num_cpus=1, object_store_memory=64 << 20, log_dir=str(tmp_path))
+    for i in range(6):  # 6 x 20 MB of functions through a 64 MB store
+        table = np.full(20 << 20, i, dtype=np.uint8)
+        lookup = ray.remote(lambda k, table=table: int(table[k]))
+        assert ray.get(lookup.remote(5), timeout=60) == i
+        del lookup, table
