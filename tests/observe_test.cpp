@@ -248,7 +248,7 @@ TEST_F(observe, memory_lists_every_object_with_its_owner_and_maker) {
   ASSERT_EQ(manta::get(made).size(), std::size_t{1} << 17);
   auto inner = manta::get(nested);
   ASSERT_EQ(manta::get(inner), 11);
-  json m = cli_json("memory --json " + at());
+  json m = cli_json("memory --json --limit 0 " + at());
   const json* from_put = find_object(m, put.id());
   const json* from_task = find_object(m, made.id());
   ASSERT_TRUE(from_put) << m.dump();
@@ -268,7 +268,7 @@ TEST_F(observe, memory_lists_every_object_with_its_owner_and_maker) {
   EXPECT_EQ((*waiting)["made_by"].get<std::string>().rfind("task sleep_ms (", 0), 0u) << *waiting;
   // Every object of the directory, no more, no fewer: twice (the second scan starts where the first found life).
   for (int scan = 0; scan < 2; ++scan) {
-    json again = cli_json("memory --json " + at());
+    json again = cli_json("memory --json --limit 0 " + at());
     EXPECT_EQ(again["summary"]["listed"].get<std::size_t>(), manta::detail::object_count()) << again.dump();
   }
   // Read before the cancel: it kills the worker running sleep_ms, which may be the one that made make_big's result.
@@ -296,10 +296,50 @@ TEST_F(observe, memory_scans_stay_exact_while_objects_come_and_go) {
     kept.push_back(refs[static_cast<std::size_t>(round) * 7]);
     kept.push_back(manta::get(nested));  // made by a worker
     refs.clear();
-    json m = cli_json("memory --json " + at());
+    json m = cli_json("memory --json --limit 0 " + at());
     EXPECT_EQ(m["summary"]["listed"].get<std::size_t>(), manta::detail::object_count()) << "round " << round;
     for (auto& r : kept) EXPECT_TRUE(find_object(m, r.id())) << "round " << round;
   }
+}
+
+// 100k objects made the default listing 100k lines: it shows the largest few
+// and the totals, and narrows or groups on request.
+TEST_F(observe, memory_lists_the_largest_first_and_groups_on_request) {
+  std::vector<manta::object_ref<int>> small;
+  for (int i = 0; i < 3000; ++i) small.push_back(manta::put(i));
+  auto big = manta::put(make_big(1 << 18));
+  auto made = manta::task(make_big).remote(1 << 16);
+  ASSERT_EQ(manta::get(made).size(), std::size_t{1} << 16);
+  const std::size_t count = manta::detail::object_count();
+
+  json m = cli_json("memory --json --limit 5 " + at());
+  ASSERT_EQ(m["objects"].size(), 5u) << m.dump();
+  EXPECT_EQ(m["summary"]["listed"].get<std::size_t>(), 5u);
+  EXPECT_EQ(m["summary"]["total"].get<std::size_t>(), count);
+  EXPECT_EQ(m["objects"][0]["id"], hex(big.id())) << "the largest first";
+  EXPECT_EQ(m["objects"][1]["id"], hex(made.id()));
+  for (std::size_t i = 1; i < m["objects"].size(); ++i)
+    EXPECT_GE(m["objects"][i - 1]["size"].get<std::uint64_t>(), m["objects"][i]["size"].get<std::uint64_t>());
+
+  json by_maker = cli_json("memory --json --group-by made-by " + at());
+  std::map<std::string, std::size_t> groups;
+  for (const auto& g : by_maker["groups"]) groups[g["key"].get<std::string>()] = g["count"].get<std::size_t>();
+  EXPECT_GE(groups["put"], 3001u) << by_maker["groups"].dump();
+  EXPECT_EQ(groups["task make_big"], 1u) << by_maker["groups"].dump();
+  EXPECT_EQ(by_maker["groups"][0]["key"], "put") << "the group holding the most bytes first";
+
+  json oldest = cli_json("memory --json --sort age --limit 3 " + at());
+  EXPECT_EQ(oldest["objects"][0]["id"], hex(small[0].id())) << oldest.dump();
+
+  cli_result text = run_cli("memory " + at());  // the default: 20 rows and the totals
+  EXPECT_EQ(text.rc, 0) << text.out;
+  EXPECT_NE(text.out.find("(20 of " + std::to_string(count) + " objects, the largest"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("2.0 MiB"), std::string::npos) << "sizes in IEC units: " << text.out;
+  cli_result summary = run_cli("memory --summary --group-by where " + at());
+  EXPECT_EQ(summary.out.find(hex(big.id())), std::string::npos) << summary.out;
+  EXPECT_NE(summary.out.find("BY where"), std::string::npos) << summary.out;
+  EXPECT_NE(summary.out.find(std::to_string(count) + " objects:"), std::string::npos) << summary.out;
+  EXPECT_NE(run_cli("memory --sort bogus " + at()).rc, 0);
 }
 
 TEST_F(observe, memory_shows_spilled_objects_where_they_are) {
@@ -309,7 +349,7 @@ TEST_F(observe, memory_shows_spilled_objects_where_they_are) {
   std::vector<manta::object_ref<std::vector<double>>> refs;
   for (int i = 0; i < 4; ++i) refs.push_back(manta::put(make_big(3 << 17)));  // 3 MB each in 8 MB
   ASSERT_GE(manta::detail::spilling().spilled_now, 1u);
-  json m = cli_json("memory --json " + at());
+  json m = cli_json("memory --json --limit 0 " + at());
   int spilled = 0;
   for (const auto& o : m["objects"]) spilled += o["where"] == "spill file";
   EXPECT_EQ(static_cast<std::uint64_t>(spilled), manta::detail::spilling().spilled_now);

@@ -54,8 +54,9 @@ json ask_json(const target& t, const std::string& request, int timeout_ms = 1000
   return j;
 }
 
+/// A byte count in IEC units (powers of 1024: KiB, MiB, GiB, TiB).
 std::string bytes(double b) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   while (b >= 1024 && u < 4) {
     b /= 1024;
@@ -123,25 +124,51 @@ void print_status(const json& s) {
                 s["extra_workers"].get<unsigned long long>(), s["extra_workers_started"].get<unsigned long long>());
 }
 
-void print_memory(const json& m) {
-  std::printf("%-32s %10s %-12s %6s %5s %-8s %-24s %s\n", "ID", "SIZE", "WHERE", "PINNED", "REFS", "OWNER",
-              "MADE BY", "HELD BY");
-  for (const auto& o : m["objects"]) {
-    std::string held;
-    if (o.contains("held_by_pids"))
-      for (const auto& p : o["held_by_pids"]) held += (held.empty() ? "" : ",") + std::to_string(p.get<int>());
-    std::printf("%-32s %10s %-12s %6d %5lld %-8d %-24s %s\n", o["id"].get<std::string>().c_str(),
-                bytes(o["size"].get<double>()).c_str(), o["where"].get<std::string>().c_str(), o["pinned"].get<int>(),
-                o["references"].get<long long>(), o["owner_pid"].get<int>(), o["made_by"].get<std::string>().c_str(),
-                held.c_str());
+/// What `manta memory` shows: the request it sends, and whether the list is wanted.
+struct memory_view {
+  std::size_t limit = 20;
+  std::string sort = "size";
+  std::string group_by;
+  bool summary_only = false;
+
+  std::string request() const {
+    std::string r = "memory limit=" + std::to_string(summary_only ? 1 : limit) + " sort=" + sort;
+    if (!group_by.empty()) r += " group=" + group_by;
+    return r;
   }
+};
+
+void print_memory(const json& m, const memory_view& v) {
   const json& s = m["summary"];
+  const auto total = s.value("total", s["listed"].get<unsigned long long>());
+  if (!v.summary_only && !m["objects"].empty()) {
+    std::printf("%-32s %10s %-12s %6s %5s %-8s %-24s %s\n", "ID", "SIZE", "WHERE", "PINNED", "REFS", "OWNER",
+                "MADE BY", "HELD BY");
+    for (const auto& o : m["objects"]) {
+      std::string held;
+      if (o.contains("held_by_pids"))
+        for (const auto& p : o["held_by_pids"]) held += (held.empty() ? "" : ",") + std::to_string(p.get<int>());
+      std::printf("%-32s %10s %-12s %6d %5lld %-8d %-24s %s\n", o["id"].get<std::string>().c_str(),
+                  bytes(o["size"].get<double>()).c_str(), o["where"].get<std::string>().c_str(),
+                  o["pinned"].get<int>(), o["references"].get<long long>(), o["owner_pid"].get<int>(),
+                  o["made_by"].get<std::string>().c_str(), held.c_str());
+    }
+    const auto listed = s["listed"].get<unsigned long long>();
+    if (listed < total)
+      std::printf("(%llu of %llu objects, %s; --limit 0 lists all)\n", listed, total,
+                  v.sort == "size" ? "the largest" : "the oldest");
+  }
+  if (m.contains("groups")) {
+    std::printf("\n%-48s %10s %12s\n", ("BY " + m["group_by"].get<std::string>()).c_str(), "OBJECTS", "SIZE");
+    for (const auto& g : m["groups"])
+      std::printf("%-48s %10llu %12s\n", g["key"].get<std::string>().c_str(), g["count"].get<unsigned long long>(),
+                  bytes(g["bytes"].get<double>()).c_str());
+  }
   std::printf("\n%llu objects: %s in the arena, %s spilled, %s in the driver's heap (values up to %s); "
               "arena %s of %s in use\n",
-              s["listed"].get<unsigned long long>(), bytes(s["arena_bytes"].get<double>()).c_str(),
-              bytes(s["spilled_bytes"].get<double>()).c_str(), bytes(s["driver_heap_bytes"].get<double>()).c_str(),
-              bytes(s["inline_limit_bytes"].get<double>()).c_str(), bytes(s["arena_used_bytes"].get<double>()).c_str(),
-              bytes(s["arena_capacity_bytes"].get<double>()).c_str());
+              total, bytes(s["arena_bytes"].get<double>()).c_str(), bytes(s["spilled_bytes"].get<double>()).c_str(),
+              bytes(s["driver_heap_bytes"].get<double>()).c_str(), bytes(s["inline_limit_bytes"].get<double>()).c_str(),
+              bytes(s["arena_used_bytes"].get<double>()).c_str(), bytes(s["arena_capacity_bytes"].get<double>()).c_str());
 }
 
 void add_target(CLI::App* cmd, target& t) {
@@ -166,9 +193,18 @@ int main(int argc, char** argv) {
   add_target(status, t);
   status->add_flag("--json", as_json, "print the JSON the runtime sent");
 
-  auto* memory = app.add_subcommand("memory", "every object in the arena or spill file: size, place, references");
+  memory_view view;
+  auto* memory = app.add_subcommand("memory", "the objects: a summary and the largest ones (size, place, references)");
   add_target(memory, t);
   memory->add_flag("--json", as_json, "print the JSON the runtime sent");
+  memory->add_option("--limit", view.limit, "objects listed at most (0: all)")->capture_default_str();
+  memory->add_option("--sort", view.sort, "list the largest first (size) or the oldest (age)")
+      ->check(CLI::IsMember({"size", "age"}))
+      ->capture_default_str();
+  std::string group_by;
+  memory->add_option("--group-by", group_by, "totals per maker (made-by), place (where) or holding process (holder)")
+      ->check(CLI::IsMember({"made-by", "where", "holder"}));
+  memory->add_flag("--summary", view.summary_only, "the totals alone, no list");
 
   std::string output;
   double seconds = 5;
@@ -239,9 +275,10 @@ int main(int argc, char** argv) {
       if (as_json) std::cout << s.dump(2) << "\n";
       else print_status(s);
     } else if (memory->parsed()) {
-      json m = ask_json(t, "memory");
+      view.group_by = group_by == "made-by" ? "made_by" : group_by;
+      json m = ask_json(t, view.request());
       if (as_json) std::cout << m.dump(2) << "\n";
-      else print_memory(m);
+      else print_memory(m, view);
     } else if (dashboard->parsed()) {
       board.socket = resolve(t);
       return manta::tools::run_dashboard(board);

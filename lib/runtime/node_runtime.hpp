@@ -314,10 +314,17 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void start_arena_warming();
 
   // report.cpp: what the tools ask on the control socket
-  /// Answers "status", "memory" or "timeline [seconds]" with a JSON document.
+  /// Answers "status", "memory [limit=N] [sort=size|age] [group=made_by|where|holder]"
+  /// or "timeline [seconds]" with a JSON document.
   std::string answer(const std::string& request);
   std::string status_json();
-  std::string memory_json();
+  /// What `manta memory` asks for: which objects, in which order, grouped how.
+  struct memory_query {
+    std::size_t limit = 0;  ///< objects listed at most (0: every one)
+    std::string sort;       ///< "size" (largest first), "age" (oldest first), "" (as found)
+    std::string group_by;   ///< "", "made_by", "where" or "holder": totals per group
+  };
+  std::string memory_json(const memory_query& q);
   /// Every object in the directory, each held by one more count.
   std::vector<object_entry*> scan_directory();
   std::string timeline_json(double seconds);

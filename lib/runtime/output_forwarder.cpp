@@ -34,7 +34,7 @@ std::size_t megabytes_from(const char* name, std::size_t fallback) {
   char* end = nullptr;
   unsigned long long mb = std::strtoull(v, &end, 10);
   if (*end || mb == 0 || mb > (1ull << 30)) {
-    MANTA_WARN << name << "=" << v << " is not a number of megabytes from 1: using " << (fallback >> 20) << " MB";
+    MANTA_WARN << name << "=" << v << " is not a number of mebibytes (MiB) from 1: using " << (fallback >> 20) << " MiB";
     return fallback;
   }
   return static_cast<std::size_t>(mb) << 20;

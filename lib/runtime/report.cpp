@@ -1,7 +1,9 @@
 // runtime/report.cpp: what the tools ask on the control socket (manta status,
 // manta memory, manta timeline), answered as JSON from the scheduler, the
 // directory and the object store, each read under its own lock.
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <unordered_set>
@@ -117,7 +119,24 @@ std::string node_runtime::answer(const std::string& request) {
   std::string verb;
   in >> verb;
   if (verb == "status") return status_json();
-  if (verb == "memory") return memory_json();
+  if (verb == "memory") {
+    memory_query q;
+    for (std::string arg; in >> arg;) {
+      const auto eq = arg.find('=');
+      const std::string key = arg.substr(0, eq), value = eq == std::string::npos ? "" : arg.substr(eq + 1);
+      if (key == "limit" && !value.empty() && value.find_first_not_of("0123456789") == std::string::npos &&
+          value.size() < 10)
+        q.limit = std::stoul(value);
+      else if (key == "sort" && (value == "size" || value == "age"))
+        q.sort = value;
+      else if (key == "group" && (value == "made_by" || value == "where" || value == "holder"))
+        q.group_by = value;
+      else
+        return dump({{"error", "memory: '" + arg +
+                                   "' is not limit=N, sort=size|age or group=made_by|where|holder"}});
+    }
+    return memory_json(q);
+  }
   if (verb == "timeline") {
     double seconds = 5;
     in >> seconds;
@@ -188,7 +207,7 @@ std::vector<object_entry*> node_runtime::scan_directory() {
   return found;
 }
 
-std::string node_runtime::memory_json() {
+std::string node_runtime::memory_json(const memory_query& q) {
   // Every object is held (a count each) while it is read; fields the scheduler
   // or the store change are copied under their locks; JSON is made after them.
   std::vector<object_entry*> held = scan_directory();
@@ -235,26 +254,67 @@ std::string node_runtime::memory_json() {
     }
   }
   for (object_entry* e : held) detail::release(e);  // (may free it: outside the locks)
-  json objects = json::array();
   std::uint64_t arena_bytes = 0, spilled_bytes = 0, heap_bytes = 0;
+  struct group {
+    std::size_t count = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::map<std::string, group> groups;
+  for (const row& r : rows) {
+    std::string_view where = r.where;
+    (where == "arena" ? arena_bytes : where == "spill file" ? spilled_bytes : heap_bytes) += r.size;
+    if (q.group_by.empty()) continue;
+    auto add = [&](const std::string& key) {
+      group& g = groups[key];
+      ++g.count;
+      g.bytes += r.size;
+    };
+    if (q.group_by == "made_by") {
+      add(r.made_by);
+    } else if (q.group_by == "where") {
+      add(r.where);
+    } else if (auto it = holders.find(r.id); it != holders.end()) {  // by holder: each process holding it
+      for (pid_t pid : it->second) add("pid " + std::to_string(pid));
+    } else {
+      add("owner pid " + std::to_string(r.owner) + " only");
+    }
+  }
+  const std::size_t total = rows.size();
+  if (q.sort == "size")
+    std::stable_sort(rows.begin(), rows.end(), [](const row& a, const row& b) { return a.size > b.size; });
+  else if (q.sort == "age")  // ids are (creator, sequence): a creator's older objects first
+    std::sort(rows.begin(), rows.end(), [](const row& a, const row& b) {
+      return a.id.lo != b.id.lo ? a.id.lo < b.id.lo : a.id.hi < b.id.hi;
+    });
+  if (q.limit && rows.size() > q.limit) rows.resize(q.limit);
+  json objects = json::array();
   for (const row& r : rows) {
     json o = {{"id", hex_id(r.id)},    {"size", r.size},       {"where", r.where},    {"pinned", r.pins},
               {"references", r.refs}, {"owner_pid", r.owner}, {"made_by", r.made_by}};
     if (auto it = holders.find(r.id); it != holders.end()) o["held_by_pids"] = it->second;
-    std::string_view where = r.where;
-    (where == "arena" ? arena_bytes : where == "spill file" ? spilled_bytes : heap_bytes) += r.size;
     objects.push_back(std::move(o));
   }
   std::size_t listed = objects.size();
   json j = {{"objects", std::move(objects)},
             {"summary",
              {{"listed", listed},
+              {"total", total},
               {"arena_bytes", arena_bytes},
               {"spilled_bytes", spilled_bytes},
               {"driver_heap_bytes", heap_bytes},
               {"inline_limit_bytes", detail::max_inline_bytes},
               {"arena_used_bytes", arena_->used_bytes()},
               {"arena_capacity_bytes", arena_->capacity()}}}};
+  if (!q.group_by.empty()) {
+    std::vector<std::pair<std::string, group>> sorted(groups.begin(), groups.end());
+    std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+      return a.second.bytes != b.second.bytes ? a.second.bytes > b.second.bytes : a.second.count > b.second.count;
+    });
+    json out = json::array();
+    for (const auto& [key, g] : sorted) out.push_back({{"key", key}, {"count", g.count}, {"bytes", g.bytes}});
+    j["group_by"] = q.group_by;
+    j["groups"] = std::move(out);
+  }
   return dump(j);
 }
 
