@@ -24,10 +24,26 @@ using nlohmann::json;
 int triple(int x) { return 3 * x; }
 MANTA_REMOTE(triple);
 
+struct Tally {
+  int n = 0;
+  int add(int k) { return n += k; }
+};
+MANTA_ACTOR(Tally, &Tally::add);
+
 /// Runs a shell command, bounded by timeout(1); its stdout.
 std::string run(const std::string& cmd) { return manta::testing::shell_output(cmd, 90, false); }
 
 /// The text of the element with id `id` in a dumped DOM.
+/// Bytes as the page shows them (IEC units, one decimal).
+std::string iec(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  for (; b >= 1024 && u < 4; ++u) b /= 1024;
+  char out[32];
+  std::snprintf(out, sizeof out, u ? "%.1f %s" : "%.0f %s", b, units[u]);
+  return out;
+}
+
 std::string element(const std::string& dom, const std::string& id) {
   std::smatch m;
   if (std::regex_search(dom, m, std::regex("id=\"" + id + "\"[^>]*>([^<]*)<"))) return m[1];
@@ -85,6 +101,8 @@ TEST_F(dashboard, the_page_shows_the_numbers_of_manta_status_and_a_chart_with_po
   for (int i = 0; i < 25; ++i) refs.push_back(manta::task(triple).remote(i));
   for (auto& r : refs) manta::get(r);
   auto big = manta::put(std::vector<double>(1 << 18, 1.0));
+  auto tally = manta::actor<Tally>().name("the-tally").remote();
+  ASSERT_EQ(manta::get(tally.task(&Tally::add).remote(2)), 2);
   std::string url = start_board();
   ASSERT_FALSE(url.empty()) << "manta dashboard printed no URL";
 
@@ -94,11 +112,13 @@ TEST_F(dashboard, the_page_shows_the_numbers_of_manta_status_and_a_chart_with_po
   EXPECT_EQ(element(dom, "tasks-finished"), std::to_string(status["tasks"]["finished"].get<long>())) << dom;
   EXPECT_EQ(element(dom, "tasks-failed"), "0");
   EXPECT_EQ(element(dom, "objects-count"), std::to_string(status["objects"]["count"].get<long>()));
-  EXPECT_EQ(element(dom, "arena-used"), std::to_string(status["objects"]["arena_used_bytes"].get<long>()));
+  EXPECT_EQ(element(dom, "arena-used"), iec(status["objects"]["arena_used_bytes"].get<double>()));
+  EXPECT_NE(dom.find("<td>2.0 MiB</td>"), std::string::npos) << "the big object's size, in IEC units";
   EXPECT_EQ(element(dom, "driver-pid"), "(driver pid " + std::to_string(::getpid()) + ")");
   EXPECT_EQ(element(dom, "error"), "");
   EXPECT_GE(std::stoi(element(dom, "chart-points")), 2) << "the chart has no points";
   EXPECT_NE(dom.find("<td>worker</td>"), std::string::npos) << "the processes table is empty";
+  EXPECT_NE(dom.find("<td>the-tally</td><td>alive</td>"), std::string::npos) << "the actors table: " << dom;
 
   std::string shot = dir_ + "/dashboard.png";
   chromium("--virtual-time-budget=3000 --window-size=1200,1000 --screenshot=" + shot + " '" + url + "'");
@@ -114,6 +134,8 @@ TEST_F(dashboard, the_page_shows_the_numbers_of_manta_status_and_a_chart_with_po
 
 TEST_F(dashboard, every_url_needs_the_token_and_metrics_speak_prometheus) {
   for (int i = 0; i < 5; ++i) manta::get(manta::task(triple).remote(i));
+  std::vector<manta::object_ref<int>> kept;
+  for (int i = 0; i < 3; ++i) kept.push_back(manta::put(i));
   std::string url = start_board();
   ASSERT_FALSE(url.empty());
   std::string base = url.substr(0, url.find('?'));
@@ -129,6 +151,13 @@ TEST_F(dashboard, every_url_needs_the_token_and_metrics_speak_prometheus) {
   EXPECT_NE(metrics.find("manta_resource_total{resource=\"CPU\"} 2"), std::string::npos) << metrics;
   std::string api = chromium("--dump-dom '" + base + "api/memory?token=" + token + "'");
   EXPECT_NE(api.find("\"summary\""), std::string::npos) << api;
+  // What the page asks for: the largest few, not every object.
+  std::string few = chromium("--dump-dom '" + base + "api/memory?limit=2&sort=size&token=" + token + "'");
+  std::smatch listed;
+  ASSERT_TRUE(std::regex_search(few, listed, std::regex("\"listed\":(\\d+)"))) << few;
+  EXPECT_EQ(listed[1], "2") << few;
+  EXPECT_NE(chromium("--dump-dom '" + base + "api/memory?limit=x&token=" + token + "'").find("is not limit=N"),
+            std::string::npos);
 }
 
 TEST_F(dashboard, the_dashboard_ends_with_its_runtime) {

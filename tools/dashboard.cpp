@@ -100,8 +100,12 @@ http::response<http::string_body> answer(const server_state& s, const http::requ
     constexpr int ask_ms = 3000;
     if (path == "/api/status")
       return reply(http::status::ok, observe::ask(s.opts.socket, "status", ask_ms), "application/json");
-    if (path == "/api/memory")
-      return reply(http::status::ok, observe::ask(s.opts.socket, "memory", ask_ms), "application/json");
+    if (path == "/api/memory") {  // ?limit=N&sort=size|age&group=...: the runtime checks each value
+      std::string request = "memory";
+      for (const char* key : {"limit", "sort", "group"})
+        if (std::string v = query_value(target, key); !v.empty()) request += std::string(" ") + key + "=" + v;
+      return reply(http::status::ok, observe::ask(s.opts.socket, request, ask_ms), "application/json");
+    }
     if (path == "/metrics")
       return reply(http::status::ok, prometheus_metrics(json::parse(observe::ask(s.opts.socket, "status", ask_ms))),
                    "text/plain; version=0.0.4");

@@ -1,5 +1,6 @@
 // tools/dashboard_page.hpp: the one page `manta dashboard` serves. It polls
-// /api/status and /api/memory every second (the token travels in each URL)
+// /api/status and the 200 largest objects of /api/memory every second (the
+// token travels in each URL; the whole list only when asked for)
 // and charts the rate of finished tasks with Chart.js, served by the tool from
 // Debian's libjs-chart.js: the page needs no network.
 #pragma once
@@ -46,24 +47,38 @@ inline constexpr const char* dashboard_page = R"html(<!doctype html>
   <tr><th>resource</th><th>in use</th><th>total</th></tr>
   <tbody id="resources"></tbody>
 </table>
-<p>objects: <span id="objects-count"></span>; arena <span id="arena-used"></span> of <span id="arena-capacity"></span> bytes in use;
-   spilled: <span id="spilled-objects"></span> objects, <span id="spilled-bytes"></span> bytes on disk;
+<p>objects: <span id="objects-count"></span>; arena <span id="arena-used"></span> of <span id="arena-capacity"></span> in use;
+   spilled: <span id="spilled-objects"></span> objects, <span id="spilled-bytes"></span> on disk;
    processes lost: <span id="processes-lost"></span></p>
 
-<h2>Objects in the arena and the spill file</h2>
+<h2>Actors</h2>
+<table id="actors"><thead><tr><th>class</th><th>name</th><th>state</th><th>pid</th><th>queued calls</th><th>restarts</th></tr></thead><tbody></tbody></table>
+
+<h2>The largest objects</h2>
 <table id="memory"><thead><tr><th>id</th><th>size</th><th>where</th><th>pinned</th><th>refs</th><th>owner</th><th>made by</th></tr></thead><tbody></tbody></table>
 <p id="memory-summary"></p>
+<p><a id="all-objects" href="/api/memory?limit=0&amp;token=__TOKEN__">every object (JSON)</a></p>
 
 <script src="/chart.js?token=__TOKEN__"></script>
 <script>
 const token = "__TOKEN__";
 const set = (id, v) => { document.getElementById(id).textContent = v; };
+// Bytes in IEC units, as the manta command prints them.
+function iec(b) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let u = 0;
+  while (b >= 1024 && u < 4) { b /= 1024; ++u; }
+  return u ? b.toFixed(1) + " " + units[u] : b.toFixed(0) + " B";
+}
 let chart = null, last = null;
 if (typeof Chart !== "undefined") {
   chart = new Chart(document.getElementById("throughput"), {
     type: "line",
-    data: { labels: [], datasets: [{ label: "tasks finished per second", data: [], borderColor: "#3366cc", tension: 0.2 }] },
-    options: { animation: false, maintainAspectRatio: false, scales: { y: { beginAtZero: true } } }
+    data: { datasets: [{ label: "tasks finished per second", data: [], borderColor: "#3366cc", tension: 0.2 }] },
+    // A linear axis of seconds up: ticks at round values, never one label twice.
+    options: { animation: false, maintainAspectRatio: false,
+               scales: { x: { type: "linear", ticks: { maxTicksLimit: 12, callback: v => v + " s" } },
+                         y: { beginAtZero: true } } }
   });
 } else {
   set("error", "Chart.js is not available: no chart");
@@ -86,19 +101,18 @@ async function poll() {
     set("tasks-failed", s.tasks.failed);
     set("tasks-retried", s.tasks.retried);
     set("objects-count", s.objects.count);
-    set("arena-used", s.objects.arena_used_bytes);
-    set("arena-capacity", s.objects.arena_capacity_bytes);
+    set("arena-used", iec(s.objects.arena_used_bytes));
+    set("arena-capacity", iec(s.objects.arena_capacity_bytes));
     set("spilled-objects", s.objects.spilled_objects);
-    set("spilled-bytes", s.objects.spilled_bytes);
+    set("spilled-bytes", iec(s.objects.spilled_bytes));
     set("processes-lost", s.processes_lost);
     const now = s.runtime.uptime_s;
     if (last) {
       const rate = (s.tasks.finished - last.finished) / Math.max(now - last.at, 1e-3);
       set("tasks-rate", rate.toFixed(1));
       if (chart) {
-        chart.data.labels.push(now.toFixed(0) + " s");
-        chart.data.datasets[0].data.push(rate);
-        if (chart.data.labels.length > 120) { chart.data.labels.shift(); chart.data.datasets[0].data.shift(); }
+        chart.data.datasets[0].data.push({ x: now, y: rate });
+        if (chart.data.datasets[0].data.length > 120) chart.data.datasets[0].data.shift();
         chart.update();
         set("chart-points", chart.data.datasets[0].data.length);
       }
@@ -108,14 +122,19 @@ async function poll() {
     procs.replaceChildren(...s.processes.map(p => row([p.slot, p.pid, p.kind, p.state,
       (p.actor ? p.actor + (p.current.length ? ": " : "") : "") + p.current.join(", ")])));
     const res = document.getElementById("resources");
+    const amount = (k, v) => k === "memory" ? iec(v) : v;
     res.replaceChildren(...Object.keys(s.resources.total).map(k =>
-      row([k, s.resources.total[k] - (s.resources.available[k] ?? 0), s.resources.total[k]])));
-    const m = await (await fetch("/api/memory?token=" + token)).json();
-    document.querySelector("#memory tbody").replaceChildren(...m.objects.slice(0, 200).map(o =>
-      row([o.id, o.size, o.where, o.pinned, o.references, o.owner_pid, o.made_by])));
-    set("memory-summary", m.summary.listed + " objects; " + m.summary.arena_bytes + " bytes in the arena, " +
-        m.summary.spilled_bytes + " spilled, " + m.summary.driver_heap_bytes + " in the driver's heap" +
-        (m.objects.length > 200 ? " (the first 200 shown)" : ""));
+      row([k, amount(k, s.resources.total[k] - (s.resources.available[k] ?? 0)), amount(k, s.resources.total[k])])));
+    document.querySelector("#actors tbody").replaceChildren(...s.actors.map(a =>
+      row([a.class, a.name ?? "", a.state, a.pid ?? "", a.queued_calls, a.restarts])));
+    // The largest 200 only: the whole list of 100k objects was 13 MB a poll.
+    const m = await (await fetch("/api/memory?limit=200&sort=size&token=" + token)).json();
+    document.querySelector("#memory tbody").replaceChildren(...m.objects.map(o =>
+      row([o.id, iec(o.size), o.where, o.pinned, o.references, o.owner_pid, o.made_by])));
+    const total = m.summary.total ?? m.summary.listed;
+    set("memory-summary", total + " objects; " + iec(m.summary.arena_bytes) + " in the arena, " +
+        iec(m.summary.spilled_bytes) + " spilled, " + iec(m.summary.driver_heap_bytes) + " in the driver's heap" +
+        (m.summary.listed < total ? " (the largest " + m.summary.listed + " shown)" : ""));
     set("error", "");
   } catch (e) {
     set("error", "the runtime does not answer: " + e);
