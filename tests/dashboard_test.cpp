@@ -33,7 +33,14 @@ MANTA_ACTOR(Tally, &Tally::add);
 /// Runs a shell command, bounded by timeout(1); its stdout.
 std::string run(const std::string& cmd) { return manta::testing::shell_output(cmd, 90, false); }
 
-/// The text of the element with id `id` in a dumped DOM.
+/// Chromium's --dump-dom escapes text: &quot; &amp; &lt; &gt; back to characters.
+std::string decode_entities(std::string s) {
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"&quot;", "\""}, {"&lt;", "<"}, {"&gt;", ">"},
+                                 {"&amp;", "&"}})
+    for (std::size_t at = 0; (at = s.find(from, at)) != std::string::npos; at += to.size()) s.replace(at, from.size(), to);
+  return s;
+}
+
 /// Bytes as the page shows them (IEC units, one decimal).
 std::string iec(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -44,6 +51,7 @@ std::string iec(double b) {
   return out;
 }
 
+/// The text of the element with id `id` in a dumped DOM.
 std::string element(const std::string& dom, const std::string& id) {
   std::smatch m;
   if (std::regex_search(dom, m, std::regex("id=\"" + id + "\"[^>]*>([^<]*)<"))) return m[1];
@@ -66,6 +74,20 @@ class dashboard : public manta::testing::runtime_fixture {
     runtime_fixture::TearDown();
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
+  }
+  /// Prometheus's own checker accepts a dumped /metrics page (tools/setup.sh
+  /// --tests installs promtool).
+  void expect_promtool_accepts(const std::string& dumped) {
+    const auto from = dumped.find("# HELP"), to = dumped.find("</pre>");
+    ASSERT_NE(from, std::string::npos) << dumped;
+    const std::string body = decode_entities(dumped.substr(from, to - from));
+    const std::string file = dir_ + "/metrics.txt";
+    std::ofstream(file) << body;
+    const std::string promtool = manta::testing::shell_output("sh -c 'command -v promtool'", 10, false);
+    ASSERT_FALSE(promtool.empty()) << "promtool is missing: run tools/setup.sh --tests";
+    const std::string checked =
+        manta::testing::shell_output("promtool check metrics < " + file + " 2>&1; echo rc=$?", 30, false);
+    EXPECT_NE(checked.find("rc=0"), std::string::npos) << checked << "\n" << body;
   }
   /// Starts `manta dashboard` and returns the URL it prints.
   std::string start_board() {
@@ -148,7 +170,12 @@ TEST_F(dashboard, every_url_needs_the_token_and_metrics_speak_prometheus) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(metrics, m, std::regex("manta_tasks_finished_total (\\d+)"))) << metrics;
   EXPECT_EQ(std::stoul(m[1]), manta::detail::counters().tasks_finished);
-  EXPECT_NE(metrics.find("manta_resource_total{resource=\"CPU\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("manta_resource_capacity{resource=\"CPU\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("manta_function_tasks_finished_total{function=\"triple\"} 5"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("manta_task_duration_seconds_count{function=\"triple\"} 5"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("manta_task_duration_seconds_bucket{function=\"triple\",le=\"+Inf\"} 5"),
+            std::string::npos) << metrics;
+  expect_promtool_accepts(metrics);
   std::string api = chromium("--dump-dom '" + base + "api/memory?token=" + token + "'");
   EXPECT_NE(api.find("\"summary\""), std::string::npos) << api;
   // What the page asks for: the largest few, not every object.
@@ -158,6 +185,32 @@ TEST_F(dashboard, every_url_needs_the_token_and_metrics_speak_prometheus) {
   EXPECT_EQ(listed[1], "2") << few;
   EXPECT_NE(chromium("--dump-dom '" + base + "api/memory?limit=x&token=" + token + "'").find("is not limit=N"),
             std::string::npos);
+}
+
+// Scraped for the program's whole life without a dashboard started by hand.
+TEST_F(dashboard, the_runtime_serves_its_own_metrics_under_MANTA_METRICS_ADDRESS) {
+  manta::shutdown();
+  ::setenv("MANTA_METRICS_ADDRESS", "127.0.0.1:0", 1);
+  manta::init({.num_workers = 2, .log_dir = dir_});
+  ::unsetenv("MANTA_METRICS_ADDRESS");
+  pids_ = manta::detail::runtime_process_ids();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(manta::get(manta::task(triple).remote(i)), 3 * i);
+  json status = json::parse(run(std::string(MANTA_CLI_PATH) + " status --json --log-dir " + dir_));
+  const std::string at = status["runtime"]["metrics_address"].get<std::string>();
+  ASSERT_EQ(at.rfind("127.0.0.1:", 0), 0u) << status.dump();
+  std::string metrics = chromium("--dump-dom 'http://" + at + "/metrics'");
+  EXPECT_NE(metrics.find("manta_tasks_finished_total 4"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("manta_function_tasks_finished_total{function=\"triple\"} 4"), std::string::npos) << metrics;
+  expect_promtool_accepts(metrics);
+  EXPECT_NE(chromium("--dump-dom 'http://" + at + "/other'").find("only /metrics"), std::string::npos);
+
+  // An address it cannot use: a warning, and the runtime works on.
+  manta::shutdown();
+  ::setenv("MANTA_METRICS_ADDRESS", "not-an-address", 1);
+  manta::init({.num_workers = 2, .log_dir = dir_});
+  ::unsetenv("MANTA_METRICS_ADDRESS");
+  pids_ = manta::detail::runtime_process_ids();
+  EXPECT_EQ(manta::get(manta::task(triple).remote(5)), 15);
 }
 
 TEST_F(dashboard, the_dashboard_ends_with_its_runtime) {

@@ -342,6 +342,44 @@ TEST_F(observe, memory_lists_the_largest_first_and_groups_on_request) {
   EXPECT_NE(run_cli("memory --sort bogus " + at()).rc, 0);
 }
 
+// As `ray summary tasks`: per function, what finished, failed and runs, and
+// how long runs took.
+TEST_F(observe, summary_counts_each_functions_tasks_and_run_times) {
+  std::vector<manta::object_ref<int>> ok;
+  for (int i = 0; i < 30; ++i) ok.push_back(manta::task(add_one).remote(i));
+  for (auto& r : ok) manta::get(r);
+  std::vector<manta::object_ref<int>> bad;
+  for (int i = 0; i < 3; ++i) bad.push_back(manta::task(fail_always).remote(i));
+  for (auto& r : bad) EXPECT_THROW(manta::get(r), manta::task_error);
+  auto slow = manta::task(sleep_ms).remote(5000);
+  json j;
+  std::map<std::string, json> by_name;
+  ASSERT_TRUE(manta::testing::eventually([&] {  // once sleep_ms is on a worker
+    j = cli_json("summary --json " + at());
+    by_name.clear();
+    for (const auto& f : j["functions"]) by_name[f["name"].get<std::string>()] = f;
+    return by_name.count("sleep_ms") && by_name["sleep_ms"]["running"] == 1;
+  })) << j.dump();
+  ASSERT_TRUE(by_name.count("add_one")) << j.dump();
+  EXPECT_EQ(by_name["add_one"]["finished"], 30);
+  EXPECT_EQ(by_name["add_one"]["failed"], 0);
+  EXPECT_EQ(by_name["add_one"]["runs"], 30);
+  std::uint64_t in_buckets = 0;
+  for (const auto& b : by_name["add_one"]["buckets"]) in_buckets += b.get<std::uint64_t>();
+  EXPECT_EQ(in_buckets, 30u);
+  EXPECT_GE(by_name["add_one"]["p95_s"].get<double>(), 0.0);
+  EXPECT_EQ(by_name["fail_always"]["failed"], 3) << j.dump();
+  EXPECT_EQ(by_name["fail_always"]["finished"], 0);
+  EXPECT_EQ(by_name["sleep_ms"]["running"], 1) << j.dump();
+  EXPECT_EQ(j["functions"][0]["name"], "add_one") << "the busiest first";
+
+  cli_result text = run_cli("summary " + at());
+  EXPECT_EQ(text.rc, 0) << text.out;
+  EXPECT_NE(text.out.find("FUNCTION"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("add_one"), std::string::npos) << text.out;
+  manta::cancel(slow);
+}
+
 TEST_F(observe, memory_shows_spilled_objects_where_they_are) {
   manta::shutdown();
   manta::init({.num_workers = 1, .object_store_bytes = 8 << 20, .log_dir = dir_});

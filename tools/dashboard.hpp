@@ -5,12 +5,11 @@
 //   /chart.js     Chart.js from Debian's libjs-chart.js (the page needs no network)
 //   /api/status   the runtime's status JSON (as `manta status --json`)
 //   /api/memory   the runtime's memory JSON (as `manta memory --json`)
-//   /metrics      Prometheus text metrics made from the status
+//   /metrics      Prometheus text metrics (observe/metrics.hpp)
 #pragma once
 
 #include <string>
 
-#include <nlohmann/json_fwd.hpp>
 
 namespace manta::tools {
 
@@ -24,8 +23,5 @@ struct dashboard_options {
 /// Serves until SIGINT or SIGTERM (or the runtime ends); prints the URL first.
 /// @returns the process's exit status
 int run_dashboard(const dashboard_options& o);
-
-/// The Prometheus text exposition of a status document.
-std::string prometheus_metrics(const nlohmann::json& status);
 
 }  // namespace manta::tools

@@ -1,6 +1,10 @@
 // runtime/node_runtime.cpp: starting and stopping the node, and the calls user
 // threads make (put, get, wait, submit, ref counting).
 #include "runtime/node_runtime.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "observe/metrics.hpp"
 #include "observe/thread_name.hpp"
 
 #include <fcntl.h>
@@ -238,6 +242,7 @@ node_runtime::node_runtime(const options& opts)
       sched_->kill_for_memory(m, opts_.memory_threshold);
     });
   start_arena_warming();
+  start_metrics_endpoint();  // (before the tools' socket, whose status names it)
   if (!socket.empty()) {
     try {
       address_ = std::make_unique<observe::control_server>(
@@ -246,6 +251,21 @@ node_runtime::node_runtime(const options& opts)
       MANTA_WARN << e.what() << "; manta status will not find this runtime";
       socket_.clear();  // (no server thread reads it)
     }
+  }
+}
+
+void node_runtime::start_metrics_endpoint() {
+  const char* at = std::getenv("MANTA_METRICS_ADDRESS");
+  if (!at || !*at) return;
+  try {
+    metrics_ = std::make_unique<observe::metrics_endpoint>(at, [this] {
+      return observe::prometheus_metrics(nlohmann::json::parse(answer("status")),
+                                         nlohmann::json::parse(answer("summary")));
+    });
+    metrics_->start();
+    MANTA_INFO << "metrics: http://" << metrics_->address() << "/metrics";
+  } catch (const std::exception& e) {  // the program runs on without them
+    MANTA_WARN << "MANTA_METRICS_ADDRESS=" << at << ": " << e.what() << "; no metrics are served";
   }
 }
 
@@ -277,7 +297,8 @@ node_runtime::~node_runtime() {
 
 void node_runtime::begin_stop() {
   stopping_.store(true, std::memory_order_release);
-  address_.reset();  // its thread reads the scheduler
+  metrics_.reset();  // its thread reads the scheduler
+  address_.reset();  // so does this one's
   monitor_.reset();  // its thread takes the scheduler's lock
   spiller_->stop();  // so does its (jobs not done are dropped; the scheduler may still post: dropped too)
   arena_->stop_warming();  // it reads the control block, unmapped below

@@ -32,6 +32,7 @@
 #include <manta/options.hpp>
 
 #include "observe/control_socket.hpp"
+#include "observe/metrics_endpoint.hpp"
 #include "observe/timeline.hpp"
 #include "process/context.hpp"
 #include "process/control.hpp"
@@ -314,7 +315,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void start_arena_warming();
 
   // report.cpp: what the tools ask on the control socket
-  /// Answers "status", "memory [limit=N] [sort=size|age] [group=made_by|where|holder]"
+  /// Answers "status", "summary", "memory [limit=N] [sort=size|age] [group=made_by|where|holder]"
   /// or "timeline [seconds]" with a JSON document.
   std::string answer(const std::string& request);
   std::string status_json();
@@ -377,6 +378,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// A job of the spiller done (on its thread): hands the outcome to the scheduler.
   void spiller_answered(const spiller::job& j, const spiller::outcome& out);
   std::unique_ptr<observe::control_server> address_;  ///< the tools' socket; stopped before the rest
+  /// /metrics over HTTP when MANTA_METRICS_ADDRESS asks for it; stopped with address_.
+  std::unique_ptr<observe::metrics_endpoint> metrics_;
+  void start_metrics_endpoint();
   /// The head this runtime hosts as rank 0 of a launch (outlives cluster_).
   std::unique_ptr<launch_head> launch_head_;
   /// The cluster this runtime drives, if it joined one (set once, before any submission).

@@ -103,6 +103,14 @@ json scheduler::status_report() const {
           {"actor_restarts", actor_restarts_.load()}};
 }
 
+json scheduler::function_report() const {
+  std::unordered_map<std::string, std::size_t> running;
+  graph_.for_each([&](const task_spec& t) {
+    if (t.worker >= 0) ++running[t.name()];
+  });
+  return functions_.report(running);
+}
+
 std::unordered_map<object_id, std::vector<pid_t>> scheduler::holders() const {
   std::unordered_map<object_id, std::vector<pid_t>> by_object;
   for (int i = 0; i < slots_in_use(); ++i) {
@@ -119,6 +127,14 @@ std::string node_runtime::answer(const std::string& request) {
   std::string verb;
   in >> verb;
   if (verb == "status") return status_json();
+  if (verb == "summary") {
+    json j;
+    {
+      scheduler_lock lock(*this);
+      j = sched_->function_report();
+    }
+    return dump(j);
+  }
   if (verb == "memory") {
     memory_query q;
     for (std::string arg; in >> arg;) {
@@ -142,7 +158,7 @@ std::string node_runtime::answer(const std::string& request) {
     in >> seconds;
     return timeline_json(seconds);
   }
-  return dump({{"error", "unknown request '" + request + "' (status, memory, timeline [seconds])"}});
+  return dump({{"error", "unknown request '" + request + "' (status, summary, memory, timeline [seconds])"}});
 }
 
 std::size_t node_runtime::task_count() {
@@ -162,7 +178,8 @@ std::string node_runtime::status_json() {
                   {"log_dir", log_dir_},
                   {"socket", address()},
                   {"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()},
-                  {"timeline_recording", timeline_.on()}};
+                  {"timeline_recording", timeline_.on()},
+                  {"metrics_address", metrics_ ? metrics_->address() : std::string()}};
   j["objects"] = {{"count", dir_->size()},
                   {"arena_used_bytes", arena_->used_bytes()},
                   {"arena_capacity_bytes", arena_->capacity()},

@@ -30,6 +30,7 @@
 #include "ipc/messages.hpp"
 #include "runtime/actor_record.hpp"
 #include "runtime/directory.hpp"
+#include "runtime/function_stats.hpp"
 #include "runtime/object_store.hpp"
 #include "runtime/placement.hpp"
 #include "runtime/memory_monitor.hpp"
@@ -272,6 +273,8 @@ class scheduler {
   std::uint64_t tasks_failed() const noexcept { return tasks_failed_.load(std::memory_order_relaxed); }
   /// What `manta status` shows of the scheduler: processes, tasks, actors.
   nlohmann::json status_report() const;
+  /// Per-function counts and run times (manta summary, /metrics).
+  nlohmann::json function_report() const;
   /// Names every live process in the timeline ("worker 2", "actor Counter").
   void name_processes() const;
   /// For each worker process that made objects: its ids' creator half and the
@@ -490,6 +493,7 @@ class scheduler {
   std::atomic<std::uint64_t> tasks_finished_{0}, task_retries_{0}, processes_lost_{0}, actor_restarts_{0};
   std::atomic<std::uint64_t> extras_started_{0};
   std::atomic<std::uint64_t> tasks_failed_{0};
+  function_stats functions_;
   /// Ids made by workers: creator half -> highest sequence seen (manta memory's scan).
   std::unordered_map<std::uint64_t, std::uint64_t> worker_ids_;
   void note_worker_id(const object_id& id) {
