@@ -763,3 +763,4 @@ TEST_F(observe, manta_timeline_records_a_running_program_for_a_while) {
 }
 
 }  // namespace
+

@@ -21,6 +21,14 @@ level level_from_env() {
 
 }  // namespace
 
+std::string check_env_level() {
+  const char* v = std::getenv("MANTA_LOG");
+  if (!v) return {};
+  for (const char* name : {"error", "warn", "info", "debug", "trace"})
+    if (std::strcmp(v, name) == 0) return {};
+  return std::string("MANTA_LOG=") + v + " is not a log level: use error, warn (the default), info, debug or trace";
+}
+
 bool enabled(level l) noexcept {
   static const level threshold = level_from_env();
   return l <= threshold;

@@ -3,12 +3,17 @@
 #pragma once
 
 #include <sstream>
+#include <string>
 
 namespace manta::log {
 
 enum class level { error = 0, warn = 1, info = 2, debug = 3, trace = 4 };
 
 bool enabled(level l) noexcept;
+
+/// Why MANTA_LOG's value is not a level ("" when it is, or is unset): init
+/// refuses to start with it rather than log at a level nobody asked for.
+std::string check_env_level();
 
 /// One log line; written to stderr with the pid when destroyed.
 class line {

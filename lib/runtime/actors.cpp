@@ -234,6 +234,7 @@ void scheduler::actor_host_died(worker_link& w, const std::string& cause) {
       } else if (a.options().max_task_retries < 0 || t->attempts < a.options().max_task_retries) {
         ++t->attempts;
         task_retries_.fetch_add(1, std::memory_order_relaxed);
+        MANTA_DEBUG << "retrying call '" << t->name() << "' on the restarted actor " << a.label;
         graph_.enter(t, a.queue, /*at_front=*/true);
       } else {
         fail_task(t, actor_error(a, "died (" + cause + ") while running this call"));

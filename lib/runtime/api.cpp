@@ -18,6 +18,7 @@
 #include "bridge/token.hpp"
 #include "ipc/owned_fds.hpp"
 #include "observe/control_socket.hpp"
+#include "observe/log.hpp"
 #include "runtime/introspect.hpp"
 #include "runtime/local_runtime.hpp"
 #include "runtime/cluster.hpp"
@@ -147,6 +148,7 @@ void init(const options& opts) {
   if (in_worker()) throw usage_error("manta::init called inside a task (or a process a task forked)");
   static bool fork_handlers = (::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child), true);
   (void)fork_handlers;
+  if (std::string why = log::check_env_level(); !why.empty()) throw usage_error("manta: " + why);
   cluster_role role = role_of(opts);
   runtime::node_runtime* serving = nullptr;
   std::string token;

@@ -1,5 +1,6 @@
 // runtime/cluster.cpp: a driver's link to the cluster, and a node's service.
 #include "runtime/cluster.hpp"
+#include "observe/log.hpp"
 #include "observe/thread_name.hpp"
 
 #include <unistd.h>
@@ -98,6 +99,20 @@ ipc::error_info from_remote(const bridge::remote_error& e) {
   return out;
 }
 
+/// Debug lines for the nodes that joined or were lost since the last table.
+void log_table_change(const std::vector<manta::node_info>& before, const std::vector<manta::node_info>& after) {
+  auto find = [](const std::vector<manta::node_info>& t, const std::string& id) -> const manta::node_info* {
+    for (const auto& n : t)
+      if (n.id == id) return &n;
+    return nullptr;
+  };
+  for (const auto& n : after) {
+    const manta::node_info* was = find(before, n.id);
+    if (n.alive && (!was || !was->alive)) MANTA_DEBUG << "cluster: node " << n.id << " (" << n.address << ") joined";
+    if (!n.alive && was && was->alive) MANTA_DEBUG << "cluster: node " << n.id << " (" << n.address << ") was lost";
+  }
+}
+
 // ---- the driver's side
 
 cluster_driver::cluster_driver(node_runtime& rt, const std::string& address, const std::string& token,
@@ -122,6 +137,7 @@ cluster_driver::cluster_driver(node_runtime& rt, const std::string& address, con
     leave();
     throw;
   }
+  MANTA_DEBUG << "cluster: joined the head at " << address << " as a driver";
   // The head sends the node table right after `joined`: a task submitted as
   // soon as init returns must find the nodes there.
   std::unique_lock lock(mu_);
@@ -497,6 +513,7 @@ void cluster_driver::take_frame(bridge::frame&& f) {
     {
       std::lock_guard lock(mu_);
       if (version > version_) {
+        if (log::enabled(log::level::debug)) log_table_change(table_, table);
         version_ = version;
         table_ = std::move(table);
       }
@@ -506,6 +523,7 @@ void cluster_driver::take_frame(bridge::frame&& f) {
 }
 
 void cluster_driver::on_end(const std::string& why) {
+  MANTA_DEBUG << "cluster: the link to the head ended: " << (why.empty() ? "the cluster was stopped" : why);
   std::deque<outgoing> unsent;  // never sent: they fail with the rest
   {
     std::lock_guard lock(mu_);

@@ -165,6 +165,8 @@ void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
     bool retry = t->options().retry_exceptions && m.error.kind == ipc::error_kind::task_exception &&
                  (t->options().max_retries < 0 || t->attempts < t->options().max_retries);
     if (retry) {
+      MANTA_DEBUG << "retrying '" << t->name() << "' after its exception (attempt " << t->attempts + 2 << "): "
+                  << m.error.message;
       ++t->attempts;
       task_retries_.fetch_add(1, std::memory_order_relaxed);
       enqueue(t);

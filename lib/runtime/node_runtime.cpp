@@ -252,6 +252,8 @@ node_runtime::node_runtime(const options& opts)
       socket_.clear();  // (no server thread reads it)
     }
   }
+  MANTA_DEBUG << "runtime up: " << pool_size_ << " workers, a " << (arena_->capacity() >> 20)
+              << " MiB arena, log_dir " << log_dir_ << (socket_.empty() ? "" : ", socket " + socket_);
 }
 
 void node_runtime::start_metrics_endpoint() {
@@ -296,6 +298,7 @@ node_runtime::~node_runtime() {
 }
 
 void node_runtime::begin_stop() {
+  MANTA_DEBUG << "runtime stopping";
   stopping_.store(true, std::memory_order_release);
   metrics_.reset();  // its thread reads the scheduler
   address_.reset();  // so does this one's
@@ -321,6 +324,7 @@ void node_runtime::begin_stop() {
 void node_runtime::finish_stop() {
   if (stopped_) return;
   stopped_ = true;
+  MANTA_DEBUG << "runtime stopped: every process of it ends";
   std::unique_ptr<cluster_driver> cluster;
   {
     std::lock_guard lock(mu_);
@@ -490,8 +494,12 @@ void node_runtime::spiller_answered(const spiller::job& j, const spiller::outcom
   process::context_use use;  // as in remote_finished
   scheduler_lock lock(*this);
   if (j.what == spiller::job::kind::room) {
+    MANTA_DEBUG << "spilled to make room for " << j.size << " bytes: "
+                << (out.offset != ipc::no_offset ? "made" : "not made (" + out.error + ")");
     sched_->room_made(j.slot, j.generation, j.request, out.offset, out.error, out.disk_failed);
   } else {
+    MANTA_DEBUG << "restored " << j.entries.size() << " objects from the spill file"
+                << (out.offset == 0 ? "" : ": failed (" + out.error + ")");
     sched_->restored(j.entries, out.offset == 0, out.failed_at, out.error);  // (takes the pins and counts over)
   }
   sched_->flush_dirty();

@@ -91,6 +91,7 @@ void scheduler::spawned(int slot, pid_t pid, int to_process, int from_process) {
   }
   worker_link& w = link(slot);
   w.pid = pid;
+  MANTA_DEBUG << (slot >= cfg_.pool_size ? "process" : "pool worker") << " pid " << pid << " started in slot " << slot;
   w.out_fd = to_process;
   w.in_fd = from_process;
   ipc::own_fd(to_process);
@@ -303,7 +304,10 @@ void scheduler::pool_worker_died(worker_link& w, int status) {
         continue;
       }
     }
-    if (!submitted_here(t)) task_retries_.fetch_add(1, std::memory_order_relaxed);  // (most are cancelled below)
+    if (!submitted_here(t)) {  // (most are cancelled below)
+      task_retries_.fetch_add(1, std::memory_order_relaxed);
+      MANTA_DEBUG << "retrying '" << t->name() << "' (worker pid " << w.pid << " died: " << cause << ")";
+    }
     graph_.enter(t, graph_.ready(), /*at_front=*/true);
   }
   place_.lost(w.place);

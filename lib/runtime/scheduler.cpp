@@ -357,6 +357,7 @@ void scheduler::dispatch() {
 }
 
 bool scheduler::send_task(worker_link& w, task_spec& t, bool may_defer) {
+  MANTA_DEBUG << "dispatch '" << t.name() << "' to pid " << w.pid << " (slot " << w.slot << ")";
   std::string why;
   switch (pin_inputs(t, may_defer, why)) {
     case pinned::all:
