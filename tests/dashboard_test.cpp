@@ -2,7 +2,9 @@
 // headless Chromium (Debian's package) as a user would: the numbers on the page
 // match `manta status --json`, the chart has points, the token is required,
 // /metrics speaks Prometheus, and a screenshot is taken.
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -211,6 +213,39 @@ TEST_F(dashboard, the_runtime_serves_its_own_metrics_under_MANTA_METRICS_ADDRESS
   ::unsetenv("MANTA_METRICS_ADDRESS");
   pids_ = manta::detail::runtime_process_ids();
   EXPECT_EQ(manta::get(manta::task(triple).remote(5)), 15);
+}
+
+// Each mistake gets one clear line and a non-zero exit: no URL printed for a
+// runtime that is not there, no Boost source location for a taken port.
+TEST_F(dashboard, its_mistakes_say_what_is_wrong_and_exit_non_zero) {
+  const std::string cli = MANTA_CLI_PATH;
+  std::string out = run(cli + " dashboard --address " + dir_ + "/no-such.sock --port 0 2>&1; echo rc=$?");
+  EXPECT_EQ(out.find("dashboard: http"), std::string::npos) << out;
+  EXPECT_NE(out.find("no runtime answers at"), std::string::npos) << out;
+  EXPECT_NE(out.find("rc=1"), std::string::npos) << out;
+  out = run(cli + " dashboard --address 127.0.0.1:1 2>&1; echo rc=$?");
+  EXPECT_NE(out.find("is a cluster's head"), std::string::npos) << out;
+  EXPECT_NE(out.find("rc=1"), std::string::npos) << out;
+
+  int taken = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(taken, reinterpret_cast<sockaddr*>(&at), sizeof at), 0);
+  ASSERT_EQ(::listen(taken, 1), 0);
+  socklen_t len = sizeof at;
+  ::getsockname(taken, reinterpret_cast<sockaddr*>(&at), &len);
+  const std::string port = std::to_string(ntohs(at.sin_port));
+  out = run(cli + " dashboard --log-dir " + dir_ + " --port " + port + " 2>&1; echo rc=$?");
+  ::close(taken);
+  EXPECT_NE(out.find("cannot serve on 127.0.0.1:" + port + ": Address already in use"), std::string::npos) << out;
+  EXPECT_EQ(out.find(".hpp"), std::string::npos) << "a source location: " << out;
+  EXPECT_NE(out.find("rc=1"), std::string::npos) << out;
+
+  out = run(cli + " 2>&1; echo rc=$?");  // alone: the help
+  EXPECT_NE(out.find("Usage:"), std::string::npos) << out;
+  EXPECT_NE(out.find("dashboard"), std::string::npos) << out;
+  EXPECT_NE(out.find("rc=0"), std::string::npos) << out;
 }
 
 TEST_F(dashboard, the_dashboard_ends_with_its_runtime) {

@@ -228,3 +228,20 @@ TEST(lifecycle, exit_from_another_thread_while_threads_wait_in_get_keeps_its_sta
 }
 
 }  // namespace
+
+// A call after shutdown said "call manta::init() first", as if none had run.
+TEST(lifecycle, a_call_after_shutdown_says_the_runtime_was_shut_down) {
+  manta::init({.num_workers = 1});
+  auto r = manta::task(slow).remote(0);
+  EXPECT_EQ(manta::get(r, 30s), 0);
+  manta::shutdown();
+  try {
+    manta::task(slow).remote(0);
+    ADD_FAILURE() << "no usage_error";
+  } catch (const manta::usage_error& e) {
+    EXPECT_NE(std::string(e.what()).find("it was shut down (call manta::init() again"), std::string::npos) << e.what();
+  }
+  manta::init({.num_workers = 1});  // and a new runtime says nothing of it
+  EXPECT_EQ(manta::get(manta::task(slow).remote(0), 30s), 0);
+  manta::shutdown();
+}

@@ -120,13 +120,19 @@ int run_dashboard(const dashboard_options& o) {
   }
   asio::io_context io{1};
   // Loopback only: the page shows what the program does, to this machine's users.
-  observe::http_server server(io, {asio::ip::make_address("127.0.0.1"), o.port},
-                              [&s](std::string_view target) { return answer(s, target); });
+  std::unique_ptr<observe::http_server> server;
+  try {
+    server = std::make_unique<observe::http_server>(io, tcp::endpoint{asio::ip::make_address("127.0.0.1"), o.port},
+                                                    [&s](std::string_view target) { return answer(s, target); });
+  } catch (const boost::system::system_error& e) {
+    throw std::runtime_error("cannot serve on 127.0.0.1:" + std::to_string(o.port) + ": " + e.code().message() +
+                             " (--port 0 picks a free port)");
+  }
   asio::signal_set signals(io, SIGINT, SIGTERM);
   signals.async_wait([&](boost::system::error_code, int) { io.stop(); });
   asio::steady_timer timer(io);
   if (o.exit_with_runtime) watch_runtime(timer, s, io);
-  std::printf("dashboard: http://127.0.0.1:%u/?token=%s\n", server.local_endpoint().port(), s.token.c_str());
+  std::printf("dashboard: http://127.0.0.1:%u/?token=%s\n", server->local_endpoint().port(), s.token.c_str());
   std::fflush(stdout);
   io.run();
   return 0;

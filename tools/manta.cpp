@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
   // silently (OpenSSL's TLS writes do not ask the kernel to spare it).
   ::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"manta: see what a running manta program does, and start and stop a cluster's head"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
   target t;
   bool as_json = false;
 
@@ -284,6 +284,10 @@ int main(int argc, char** argv) {
   stop->add_option("--log-dir", cluster.log_dir, "where `manta start --head` wrote its address")->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
+  if (app.get_subcommands().empty()) {  // `manta` alone: what it can do
+    std::cout << app.help();
+    return 0;
+  }
   try {
     if (start->parsed() && cluster.tls_cert.empty() != cluster.tls_key.empty())
       throw std::runtime_error("--tls-cert and --tls-key go together");
@@ -316,7 +320,12 @@ int main(int argc, char** argv) {
       if (as_json) std::cout << m.dump(2) << "\n";
       else print_memory(m, view);
     } else if (dashboard->parsed()) {
+      if (manta::tools::is_head_address(t.address))
+        throw std::runtime_error("dashboard shows one program's runtime, and " + t.address +
+                                 " is a cluster's head (manta status --address " + t.address +
+                                 " shows the cluster); give a driver's socket or pid");
       board.socket = resolve(t);
+      manta::observe::ask(board.socket, "status", 5000);  // it answers, or this says why (and exits 1)
       return manta::tools::run_dashboard(board);
     } else if (timeline->parsed()) {
       std::string socket = resolve(t);

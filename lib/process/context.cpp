@@ -81,6 +81,7 @@ context_use::~context_use() {
 
 namespace {
 std::atomic<bool> forked_away{false};  // this process is a fork of a driver's
+std::atomic<bool> was_shut_down{false};  // shutdown ended the runtime, and no init followed
 std::atomic<bool> forked{false};       // a fork child of a process that made runtimes
 std::atomic<bool> spawned{false};      // the zygote or one of its descendants
 /// The epochs of the runtimes made since the last fork that left one behind:
@@ -109,7 +110,12 @@ bool made_since_fork(std::uint32_t epoch) noexcept {
 }
 
 process_context* current_context() noexcept { return current.load(std::memory_order_acquire); }
-void set_current_context(process_context* c) noexcept { current.store(c, std::memory_order_release); }
+void set_current_context(process_context* c) noexcept {
+  if (c) was_shut_down.store(false, std::memory_order_relaxed);
+  current.store(c, std::memory_order_release);
+}
+
+void note_shut_down() noexcept { was_shut_down.store(true, std::memory_order_relaxed); }
 
 bool spawned_by_runtime() noexcept { return spawned.load(std::memory_order_relaxed); }
 void mark_spawned_by_runtime() noexcept { spawned.store(true, std::memory_order_relaxed); }
@@ -118,7 +124,10 @@ process_context& require_context(const char* what) {
   process_context* c = current_context();
   if (!c && exiting_elsewhere()) park_until_exit();
   if (!c)
-    throw usage_error(std::string("manta: ") + what + " needs a running runtime; call manta::init() first" +
+    throw usage_error(std::string("manta: ") + what + " needs a running runtime; " +
+                      (was_shut_down.load(std::memory_order_relaxed)
+                           ? "it was shut down (call manta::init() again to start another)"
+                           : "call manta::init() first") +
                       (forked_away.load() ? " (this process was forked from one running manta: the "
                                             "runtime stays with the parent; init starts one of its own)"
                                           : ""));

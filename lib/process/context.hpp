@@ -53,6 +53,8 @@ std::uint32_t new_epoch();
 /// The context of this process, or nullptr. Thread-safe.
 process_context* current_context() noexcept;
 void set_current_context(process_context* c) noexcept;
+/// shutdown ended the runtime: a call without one says so, not "call init first".
+void note_shut_down() noexcept;
 
 /// The context, or a usage_error naming `what` was attempted without a runtime.
 process_context& require_context(const char* what);

@@ -265,6 +265,7 @@ void shutdown() {
     local->stop();
     process::exclusive_context_scope exclusive;
     process::set_current_context(nullptr);
+    process::note_shut_down();
     delete std::exchange(local, nullptr);
     owner = 0;
     return;
@@ -273,6 +274,7 @@ void shutdown() {
   process::exclusive_context_scope exclusive;
   node->finish_stop();
   process::set_current_context(nullptr);
+  process::note_shut_down();
   delete node;
   node = nullptr;
   owner = 0;
