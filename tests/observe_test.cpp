@@ -744,6 +744,27 @@ TEST(observe_alone, the_timeline_marks_spills_and_process_deaths) {
   std::filesystem::remove_all(dir);
 }
 
+// What the tools call things: a queue as "queue" (not its detail class), an
+// actor's constructor by its class (not by the actor's name).
+TEST_F(observe, tools_name_queues_and_constructors_as_users_wrote_them) {
+  manta::queue<int> q(4);
+  q.put(1);
+  auto named = manta::actor<tally>().name("the-tally").remote();
+  EXPECT_EQ(manta::get(named.task(&tally::add).remote(1)), 1);
+  json s = cli_json("status --json " + at());
+  std::set<std::string> classes;
+  for (const auto& a : s["actors"]) classes.insert(a["class"].get<std::string>());
+  EXPECT_TRUE(classes.count("queue")) << s["actors"].dump();
+  EXPECT_TRUE(classes.count("tally 'the-tally'")) << s["actors"].dump();
+  json sum = cli_json("summary --json " + at());
+  std::set<std::string> names;
+  for (const auto& f : sum["functions"]) names.insert(f["name"].get<std::string>());
+  EXPECT_TRUE(names.count("tally")) << "the constructor, by its class: " << sum.dump();
+  EXPECT_TRUE(names.count("queue::push")) << sum.dump();
+  EXPECT_FALSE(names.count("the-tally")) << sum.dump();
+  for (const auto& n : names) EXPECT_EQ(n.find("detail::"), std::string::npos) << n;
+}
+
 TEST_F(observe, manta_timeline_records_a_running_program_for_a_while) {
   std::atomic<bool> stop{false};
   std::thread submitter([&] {

@@ -30,7 +30,9 @@ std::size_t queue_store::size() const {
   return items_.size();
 }
 
-}  // namespace manta::detail
+// Registered as "queue" (its methods "queue::push"...): what status, summary
+// and the timeline show of a user's queue, not the detail class.
+using queue = queue_store;
+MANTA_ACTOR(queue, &queue::push, &queue::pop, &queue::size);
 
-MANTA_ACTOR(manta::detail::queue_store, &manta::detail::queue_store::push, &manta::detail::queue_store::pop,
-            &manta::detail::queue_store::size);
+}  // namespace manta::detail

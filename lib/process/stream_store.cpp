@@ -31,7 +31,8 @@ std::tuple<queue_item, bool> stream_store::pop(std::int64_t wait_ms) {
   return {std::move(out), false};
 }
 
-}  // namespace manta::detail
+// Registered as "stream" (its methods "stream::push"...), as queue_store.
+using stream = stream_store;
+MANTA_ACTOR(stream, &stream::push, &stream::finish, &stream::pop);
 
-MANTA_ACTOR(manta::detail::stream_store, &manta::detail::stream_store::push, &manta::detail::stream_store::finish,
-            &manta::detail::stream_store::pop);
+}  // namespace manta::detail

@@ -28,6 +28,7 @@ struct actor_record {
   object_entry* entry = nullptr;  ///< what handles point to; null once the last handle is gone
   std::uint64_t class_tag = 0;
   std::string label;  ///< "Counter 'name'", for messages
+  std::string class_name;  ///< "Counter": its constructor's name in the tools
   std::string name;   ///< registered name, or empty
   profile_ptr profile = default_profile(false);  ///< its constructor's options and demand
   const detail::task_options& options() const { return profile->options; }

@@ -31,7 +31,8 @@ bool scheduler::create_actor(task_spec* ctor) {
   a.class_tag = ctor->fn->class_tag;
   a.name = ctor->options().name;
   const std::string& label = ctor->options().class_label;
-  a.label = (label.empty() ? detail::actor_class_name(a.class_tag) : label) + (a.name.empty() ? "" : " '" + a.name + "'");
+  a.class_name = label.empty() ? detail::actor_class_name(a.class_tag) : label;
+  a.label = a.class_name + (a.name.empty() ? "" : " '" + a.name + "'");
   a.profile = ctor->profile;
   a.remote = ctor->remote;
   a.pending_ctor = ctor;

@@ -129,7 +129,7 @@ void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
     contained[i] = read_contained(w, m.results[i].contained, m.results[i].location);
   if (cfg_.timeline && cfg_.timeline->on()) record(w, *t, m);
   place_.finished(w.place, *t);
-  functions_.ran(t->name(), m.ns);
+  functions_.ran(t->label(), m.ns);
   unpin_inputs(*t);
   t->worker = -1;
   if (w.retiring && w.place.in_flight.empty()) {
@@ -158,7 +158,7 @@ void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
     }
     place_.record(*t, m.ns, t->returns[0]->size);
     tasks_finished_.fetch_add(1, std::memory_order_relaxed);
-    functions_.finished(t->name());
+    functions_.finished(t->label());
     finish_task(t);
     if (actor) actor_dispatch(*actor);  // a call held back for room may go now
   } else {
@@ -179,7 +179,7 @@ void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
 
 void scheduler::record(const worker_link& w, const task_spec& t, const ipc::task_done& m) {
   observe::timeline::task_event e;
-  e.name = t.name();
+  e.name = t.label();
   e.actor_call = t.actor != nullptr;
   e.pid = w.pid;
   e.thread = m.thread;

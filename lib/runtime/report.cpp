@@ -106,7 +106,7 @@ json scheduler::status_report() const {
 json scheduler::function_report() const {
   std::unordered_map<std::string, std::size_t> running;
   graph_.for_each([&](const task_spec& t) {
-    if (t.worker >= 0) ++running[t.name()];
+    if (t.worker >= 0) ++running[t.label()];
   });
   return functions_.report(running);
 }

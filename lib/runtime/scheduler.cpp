@@ -202,7 +202,7 @@ void scheduler::remote_result(std::uint64_t key, std::span<const ipc::value_loca
       seal(t->returns[i], at[i], i < inside.size() ? inside[i] : std::vector<object_id>(), nullptr);
     }
     tasks_finished_.fetch_add(1, std::memory_order_relaxed);
-    functions_.finished(t->name());
+    functions_.finished(t->label());
     finish_task(t);
   }
 }
@@ -539,7 +539,7 @@ void scheduler::fail_task(task_spec* first, ipc::failure_ptr why, bool in_flight
   std::vector<actor_record*> unblocked;  // actors whose queue loses a call not sent yet
   tasks_failed_.fetch_add(spread.tasks.size(), std::memory_order_relaxed);
   for (task_spec* t : spread.tasks) {
-    functions_.failed(t->name());
+    functions_.failed(t->label());
     if (t->is_call() && t->worker < 0) unblocked.push_back(t->actor);
     if (t->mode == detail::call_mode::construct && t->actor && t->actor->pending_ctor == t) {
       // The first constructor failed through an argument: the actor never starts.

@@ -46,6 +46,10 @@ profile_ptr profile_of(detail::task_options&& o, detail::call_mode mode) {
 
 task_spec::task_spec() : profile(default_profile(false)) {}
 
+const std::string& task_spec::label() const {
+  return mode == detail::call_mode::construct && actor && !actor->class_name.empty() ? actor->class_name : name();
+}
+
 task_spec::~task_spec() {
   if (inputs_pinned)
     for (auto* e : deps)

@@ -67,6 +67,9 @@ struct task_spec : pool_allocated {
   /// What it holds while it runs.
   const demand& need() const { return profile->need; }
   const std::string& name() const { return options().name.empty() ? fn->name : options().name; }
+  /// What the tools call it: its name, but an actor's constructor by the
+  /// actor's class (a named actor's options name the actor, not the call).
+  const std::string& label() const;
   /// One CPU and nothing else: such tasks share their worker's CPU and may queue behind each other.
   bool is_default() const { return need().cpu == 1 && need().gpu == 0 && need().custom.empty(); }
   bool is_call() const { return actor && mode != detail::call_mode::construct; }
