@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <manta/version.hpp>
+
 #include "support.hpp"
 
 namespace {
@@ -242,6 +244,8 @@ TEST_F(dashboard, its_mistakes_say_what_is_wrong_and_exit_non_zero) {
   EXPECT_EQ(out.find(".hpp"), std::string::npos) << "a source location: " << out;
   EXPECT_NE(out.find("rc=1"), std::string::npos) << out;
 
+  out = run(cli + " --version 2>&1; echo rc=$?");
+  EXPECT_NE(out.find(std::string("manta ") + MANTA_VERSION + "\nrc=0"), std::string::npos) << out;
   out = run(cli + " 2>&1; echo rc=$?");  // alone: the help
   EXPECT_NE(out.find("Usage:"), std::string::npos) << out;
   EXPECT_NE(out.find("dashboard"), std::string::npos) << out;

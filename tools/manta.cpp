@@ -11,6 +11,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <manta/version.hpp>
 #include <nlohmann/json.hpp>
 
 #include "observe/control_socket.hpp"
@@ -214,6 +215,7 @@ int main(int argc, char** argv) {
   ::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"manta: see what a running manta program does, and start and stop a cluster's head"};
   app.require_subcommand(0, 1);
+  app.set_version_flag("--version", std::string("manta ") + MANTA_VERSION);
   target t;
   bool as_json = false;
 

@@ -17,3 +17,4 @@
 #include <manta/serialization.hpp>
 #include <manta/stream.hpp>
 #include <manta/task.hpp>
+#include <manta/version.hpp>

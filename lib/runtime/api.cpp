@@ -13,6 +13,7 @@
 
 #include <manta/detail/progress.hpp>
 #include <manta/errors.hpp>
+#include <manta/version.hpp>
 #include <manta/runtime.hpp>
 
 #include "bridge/token.hpp"
@@ -142,6 +143,8 @@ void discard(runtime::node_runtime* n) {
   delete n;
 }
 }  // namespace
+
+const char* version() noexcept { return MANTA_VERSION; }
 
 void init(const options& opts) {
   // Workers are forked while init holds lifecycle_mu: they must never take it.

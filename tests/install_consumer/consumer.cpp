@@ -9,5 +9,6 @@ MANTA_REMOTE(triple);
 int main() {
   manta::init({.num_workers = 1});
   std::printf("triple(5) = %d\n", manta::get(manta::task(triple).remote(5)));
+  std::printf("manta %s\n", manta::version());
   manta::shutdown();
 }
