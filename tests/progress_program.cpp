@@ -1,6 +1,6 @@
 // progress_program.cpp: a program with long waits and options.progress on, run
 // by progress_test in a terminal (tmux) and with stderr in a file.
-// Usage: progress_program map|imap|get|wait LOG_DIR
+// Usage: progress_program map|imap|get|wait|chatty LOG_DIR (chatty: the tasks print)
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -13,7 +13,13 @@ int slow_square(int x) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   return x * x;
 }
-MANTA_REMOTE(slow_square);
+int chatty_square(int x) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::printf("worker says %d\n", x);
+  std::fflush(stdout);
+  return x * x;
+}
+MANTA_REMOTE(slow_square, chatty_square);
 
 int main(int argc, char** argv) {
   if (argc < 3) return 2;
@@ -30,7 +36,7 @@ int main(int argc, char** argv) {
     for (int v : p.imap(slow_square, items, 1)) sum += v;
   } else {
     std::vector<manta::object_ref<int>> refs;
-    for (int i : items) refs.push_back(manta::task(slow_square).remote(i));
+    for (int i : items) refs.push_back(manta::task(mode == "chatty" ? chatty_square : slow_square).remote(i));
     if (mode == "wait") manta::wait(refs, refs.size());
     for (int v : manta::get(refs)) sum += v;
   }

@@ -56,6 +56,35 @@ TEST_P(progress, a_terminal_shows_done_total_rate_and_eta_to_the_end) {
 
 INSTANTIATE_TEST_SUITE_P(waits, progress, ::testing::Values("map", "imap", "get", "wait"));
 
+// Worker lines forwarded while the bar is drawn clear its line first and the
+// bar is drawn again below them (as tqdm's write): no line holds both, and
+// no stale bar is left behind each.
+TEST_F(progress, worker_output_goes_above_the_bar) {
+  sh(tmux_ + "new-session -d -x 120 -y 10 -s p '" PROGRESS_PROGRAM " chatty " + dir_ +
+     "; echo EXIT=$?; sleep 60'");
+  std::string pane;
+  ASSERT_TRUE(manta::testing::eventually(
+      [&] {
+        pane = sh(tmux_ + "capture-pane -p -S - -t p");  // (the scrolled-off lines too)
+        return pane.find("EXIT=") != std::string::npos;
+      },
+      std::chrono::seconds(40)))
+      << pane;
+  EXPECT_NE(pane.find("EXIT=0"), std::string::npos) << pane;
+  std::istringstream lines(pane);
+  int spoken = 0, bars = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const bool worker = line.find("worker says") != std::string::npos;
+    const bool bar = line.find("get [") != std::string::npos;
+    spoken += worker;
+    bars += bar;
+    EXPECT_FALSE(worker && bar) << "a worker line on the bar's line: " << line << "\n" << pane;
+    if (worker) EXPECT_EQ(line.rfind("(pid=", 0), 0u) << line;
+  }
+  EXPECT_EQ(spoken, 100) << pane;
+  EXPECT_EQ(bars, 1) << "one bar at the end, none left behind: " << pane;
+}
+
 TEST(progress_off_a_terminal, stderr_in_a_file_gets_no_bar) {
   std::string dir = manta::testing::temp_path("progress-file");
   std::filesystem::create_directories(dir);

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 namespace manta::detail {
@@ -22,6 +23,9 @@ std::atomic<bool> progress_option{false};
 /// to the next one.
 std::atomic<const progress_bar*> line_owner{nullptr};
 std::atomic<std::int64_t> line_touched{0};  ///< steady clock ns of the owner's last advance
+/// Held by a bar while it writes, and by output written around it.
+std::mutex terminal_mu;
+std::string shown;  ///< the bar as last drawn ("\r..."), "" when none is on the line (terminal_mu)
 constexpr std::int64_t stale_after_ns = 10'000'000'000;
 
 std::int64_t now_ns() {
@@ -56,6 +60,15 @@ std::string clock_text(double seconds) {
 bool progress_wanted() noexcept { return progress_option.load(std::memory_order_relaxed) && ::isatty(STDERR_FILENO); }
 
 void set_progress(bool on) noexcept { progress_option.store(on, std::memory_order_relaxed); }
+
+void write_around_progress(void (*write)(void*), void* context) {
+  std::lock_guard lock(terminal_mu);
+  if (shown.empty()) return write(context);
+  static constexpr char clear[] = "\r\x1b[K";
+  [[maybe_unused]] auto n = ::write(STDERR_FILENO, clear, sizeof clear - 1);
+  write(context);
+  n = ::write(STDERR_FILENO, shown.data(), shown.size());
+}
 
 progress_bar::progress_bar(std::size_t total, const char* what) noexcept
     : total_(total), what_(what), on_(total != 1 && progress_wanted()) {
@@ -113,7 +126,10 @@ void progress_bar::draw(bool last) noexcept {
   line += tail;
   line += "\x1b[K";  // clear what a longer line left
   if (last) line += "\n";
+  std::lock_guard lock(terminal_mu);
   [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
+  if (last) shown.clear();
+  else shown = std::move(line);
   drawn_ = true;
 }
 

@@ -24,9 +24,27 @@
 #include "ipc/owned_fds.hpp"
 #include "observe/log.hpp"
 
+#include <manta/detail/progress.hpp>
+
 namespace manta::runtime {
 
 namespace {
+
+/// Writes what `fd` takes of `text` without blocking: a pipe that polls
+/// writable takes PIPE_BUF bytes, a file or terminal always takes them.
+/// @returns the bytes written, or all of them when `fd` is closed or broken
+std::size_t write_some(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    pollfd q{fd, POLLOUT, 0};
+    if (::poll(&q, 1, 0) <= 0 || !(q.revents & POLLOUT)) break;
+    ssize_t n = ::write(fd, text.data() + done, std::min<std::size_t>(text.size() - done, PIPE_BUF));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return text.size();  // nothing to write to: dropped
+    done += static_cast<std::size_t>(n);
+  }
+  return done;
+}
 
 std::size_t megabytes_from(const char* name, std::size_t fallback) {
   const char* v = std::getenv(name);
@@ -252,7 +270,6 @@ void output_forwarder::queue(int which, std::string&& lines) {
 bool output_forwarder::write_pending() {
   bool all = true;
   for (int which = 0; which < 2; ++which) {
-    const int fd = which == 0 ? STDOUT_FILENO : STDERR_FILENO;
     std::string& p = pending_[which];
     if (p.empty() && dropped_[which]) {
       p = "(manta) " + std::to_string(dropped_[which]) +
@@ -260,21 +277,14 @@ bool output_forwarder::write_pending() {
           " was not being read\n";
       dropped_[which] = 0;
     }
-    std::size_t done = 0;
-    while (done < p.size()) {
-      // A pipe that polls writable takes PIPE_BUF bytes without blocking; a file
-      // or terminal always does.
-      pollfd q{fd, POLLOUT, 0};
-      if (::poll(&q, 1, 0) <= 0 || !(q.revents & POLLOUT)) break;
-      ssize_t n = ::write(fd, p.data() + done, std::min<std::size_t>(p.size() - done, PIPE_BUF));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        done = p.size();  // stdout is closed or broken: nothing to write to
-        break;
-      }
-      done += static_cast<std::size_t>(n);
+    if (!p.empty()) {
+      // Above a progress bar, if one is drawn, never on its line.
+      std::pair<std::string*, int> what{&p, which == 0 ? STDOUT_FILENO : STDERR_FILENO};
+      detail::write_around_progress([](void* c) {
+        auto& [text, fd] = *static_cast<std::pair<std::string*, int>*>(c);
+        text->erase(0, write_some(fd, *text));
+      }, &what);
     }
-    p.erase(0, done);
     all = all && p.empty() && !dropped_[which];
   }
   return all;

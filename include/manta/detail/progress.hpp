@@ -15,6 +15,11 @@ bool progress_wanted() noexcept;
 /// Sets the option (init does, from options.progress or MANTA_PROGRESS).
 void set_progress(bool on) noexcept;
 
+/// Runs `write`, which writes forwarded output to the terminal, with the bar's
+/// line cleared first and the bar drawn again after it (as tqdm's write), so
+/// output lands above the bar, never on its line. With no bar shown, just runs it.
+void write_around_progress(void (*write)(void*), void* context);
+
 class progress_bar {
  public:
   /// @param total  items to wait for; 0 if not known (no percentage, no ETA);
