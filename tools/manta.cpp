@@ -17,6 +17,7 @@
 #include "observe/control_socket.hpp"
 #include "tools/cluster.hpp"
 #include "tools/dashboard.hpp"
+#include "tools/logs.hpp"
 
 namespace {
 
@@ -123,6 +124,17 @@ void print_status(const json& s) {
   if (s.contains("extra_workers"))
     std::printf("extra workers (started while workers wait in get): %llu now, %llu since start\n",
                 s["extra_workers"].get<unsigned long long>(), s["extra_workers_started"].get<unsigned long long>());
+}
+
+/// The pid of the host of the actor named `name`, from a status document.
+/// @throws std::runtime_error when no live actor has that name
+int actor_pid(const json& status, const std::string& name) {
+  for (const auto& a : status["actors"])
+    if (a.value("name", "") == name) {
+      if (!a.contains("pid")) throw std::runtime_error("the actor '" + name + "' has no live process now");
+      return a["pid"].get<int>();
+    }
+  throw std::runtime_error("no actor is named '" + name + "' (manta status lists the actors)");
 }
 
 /// A duration for people: 850 us, 12.3 ms, 4.56 s.
@@ -240,6 +252,22 @@ int main(int argc, char** argv) {
   add_target(summary, t);
   summary->add_flag("--json", as_json, "print the JSON the runtime sent");
 
+  manta::tools::logs_options logs_opts;
+  std::string logs_actor;
+  auto* logs = app.add_subcommand("logs", "what a worker or actor host printed (from log_dir); without --pid, the list");
+  add_target(logs, t);
+  logs->add_option("--pid", logs_opts.pid, "the process whose output to print");
+  logs->add_option("--actor", logs_actor, "the named actor whose host's output to print (asks the runtime)");
+  logs->add_flag("--follow,-f", logs_opts.follow, "then print what it writes, until it ends or Ctrl-C");
+
+  int stack_pid = 0;
+  std::string stack_actor;
+  auto* stack = app.add_subcommand("stack", "the stack of every thread of a worker or actor host (one that looks hung)");
+  add_target(stack, t);
+  stack->add_option("--pid", stack_pid, "the worker's or actor host's pid (manta status lists them)");
+  stack->add_option("--actor", stack_actor, "the named actor whose host to show");
+  stack->add_flag("--json", as_json, "print the JSON the runtime sent");
+
   std::string output;
   double seconds = 5;
   auto* timeline = app.add_subcommand("timeline", "write a Chrome trace (open it in Perfetto) of what runs");
@@ -312,6 +340,23 @@ int main(int argc, char** argv) {
       json s = ask_json(t, "status");
       if (as_json) std::cout << s.dump(2) << "\n";
       else print_status(s);
+    } else if (logs->parsed()) {
+      if (logs_opts.pid > 0 && !logs_actor.empty()) throw std::runtime_error("logs: give --pid or --actor, not both");
+      if (!logs_actor.empty()) logs_opts.pid = actor_pid(ask_json(t, "status"), logs_actor);
+      logs_opts.log_dir = t.log_dir;
+      return manta::tools::show_logs(logs_opts);
+    } else if (stack->parsed()) {
+      if ((stack_pid > 0) == !stack_actor.empty())
+        throw std::runtime_error("stack: give --pid PID or --actor NAME (manta status lists both)");
+      if (!stack_actor.empty()) stack_pid = actor_pid(ask_json(t, "status"), stack_actor);
+      json j = ask_json(t, "stack " + std::to_string(stack_pid), 15000);
+      if (as_json) {
+        std::cout << j.dump(2) << "\n";
+      } else {
+        for (const auto& th : j["threads"])
+          std::printf("thread %d (%s):\n%s\n", th["tid"].get<int>(), th["name"].get<std::string>().c_str(),
+                      th["frames"].get<std::string>().c_str());
+      }
     } else if (summary->parsed()) {
       json j = ask_json(t, "summary");
       if (as_json) std::cout << j.dump(2) << "\n";

@@ -7,9 +7,11 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace manta::observe {
 
@@ -34,5 +36,22 @@ std::string name_of_address(const void* address);
 /// The stack process `pid` wrote before it died, one "#n name at file:line"
 /// per line, or "" if it wrote none; the file is removed.
 std::string take_crash_stack(const std::string& dir, pid_t pid);
+
+/// `manta stack`: a worker's threads each write their stack when sent this
+/// signal (SIGRTMIN+5; installed with the crash handler, if at its default).
+int stack_request_signal() noexcept;
+
+/// One thread's stack, as collect_stacks names it.
+struct thread_stack {
+  pid_t tid = 0;
+  std::string name;    ///< the thread's name (/proc/.../comm)
+  std::string frames;  ///< "  #n function at file:line" lines, innermost first
+};
+
+/// Asks every thread of `pid` (a worker of this process's runtime, a fork of
+/// this binary, so its addresses name the same functions here) for its stack,
+/// and waits up to `wait` for them. Threads that did not answer (blocked with
+/// the signal masked) are listed with frames "(no answer)".
+std::vector<thread_stack> collect_stacks(const std::string& dir, pid_t pid, std::chrono::milliseconds wait);
 
 }  // namespace manta::observe

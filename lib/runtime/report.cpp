@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "observe/crash_stack.hpp"
 #include "runtime/node_runtime.hpp"
 #include "runtime/task_spec.hpp"
 
@@ -153,12 +154,24 @@ std::string node_runtime::answer(const std::string& request) {
     }
     return memory_json(q);
   }
+  if (verb == "stack") {  // stack PID: the stacks of every thread of one of this runtime's processes
+    long pid = 0;
+    in >> pid;
+    const std::vector<pid_t> mine = process_ids();
+    if (pid <= 0 || std::find(mine.begin(), mine.end(), static_cast<pid_t>(pid)) == mine.end())
+      return dump({{"error", "pid " + std::to_string(pid) + " is not a worker or actor host of this runtime"}});
+    if (crash_dir_.empty()) return dump({{"error", "this runtime has no log_dir to collect stacks in"}});
+    json threads = json::array();
+    for (const auto& t : observe::collect_stacks(crash_dir_, static_cast<pid_t>(pid), std::chrono::seconds(3)))
+      threads.push_back({{"tid", t.tid}, {"name", t.name}, {"frames", t.frames}});
+    return dump({{"pid", pid}, {"threads", std::move(threads)}});
+  }
   if (verb == "timeline") {
     double seconds = 5;
     in >> seconds;
     return timeline_json(seconds);
   }
-  return dump({{"error", "unknown request '" + request + "' (status, summary, memory, timeline [seconds])"}});
+  return dump({{"error", "unknown request '" + request + "' (status, summary, memory, stack PID, timeline [seconds])"}});
 }
 
 std::size_t node_runtime::task_count() {
