@@ -109,6 +109,20 @@ struct tally {
 };
 MANTA_ACTOR(tally, &tally::add, &tally::nap);
 
+}  // namespace
+
+/// Outside the anonymous namespace, as most programs' actors are (its frames'
+/// names are the ones GCC's demangler failed on).
+struct refuser {
+  int refuse(int k) {
+    if (k > 0) throw std::invalid_argument("refused " + std::to_string(k));
+    return k;
+  }
+};
+MANTA_ACTOR(refuser, &refuser::refuse);
+
+namespace {
+
 struct cli_result {
   int rc = -1;
   std::string out;
@@ -532,6 +546,16 @@ TEST_F(observe, a_task_error_carries_the_stack_where_its_exception_was_thrown) {
     FAIL();
   } catch (const manta::task_error& e) {
     EXPECT_NE(e.stack().find("deep_thrower(int)"), std::string::npos) << e.stack();
+  }
+  // An actor's method: every frame named (a generic lambda of the runtime's
+  // left one mangled, which GCC's demangler cannot read).
+  try {
+    auto r = manta::actor<refuser>().remote();
+    manta::get(r.task(&refuser::refuse).remote(2));
+    FAIL();
+  } catch (const manta::task_error& e) {
+    EXPECT_NE(e.stack().find("refuser::refuse(int)"), std::string::npos) << e.stack();
+    EXPECT_EQ(e.stack().find(" _Z"), std::string::npos) << "a mangled frame: " << e.stack();
   }
   // Thrown inside libstdc++ (vector::at, through its PLT): the task's frames are there.
   try {

@@ -198,22 +198,29 @@ inline void check_arity(invocation& inv, std::size_t arity) {
                       " arguments, function takes " + std::to_string(arity));
 }
 
+// (Function templates, not templated lambdas: a task's stack names these
+// frames, and GCC's demangler cannot read a lambda's with a template pack.)
+template <class... P, std::size_t... I>
+std::tuple<param_t<P>...> decode_params(invocation& inv, std::index_sequence<I...>) {
+  return std::tuple<param_t<P>...>{decode_param<P>(inv.arg(I), I)...};
+}
+
+template <class... P, class F, class Args, std::size_t... I>
+decltype(auto) call_with_params(F& f, Args& args, std::index_sequence<I...>) {
+  return f(pass_param<P>(std::get<I>(args))...);
+}
+
 /// Decodes the arguments for parameters P..., calls `f` with them (as the
 /// parameters want them: lvalues or moved) and stores what it returns.
 template <class R, class... P, class F>
 void decode_call_store(invocation& inv, F&& f) {
   check_arity(inv, sizeof...(P));
-  auto args = [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return std::tuple<param_t<P>...>{decode_param<P>(inv.arg(I), I)...};
-  }(std::index_sequence_for<P...>{});
-  auto call = [&]<std::size_t... I>(std::index_sequence<I...>) -> decltype(auto) {
-    return f(pass_param<P>(std::get<I>(args))...);
-  };
+  auto args = decode_params<P...>(inv, std::index_sequence_for<P...>{});
   if constexpr (std::is_void_v<R>) {
-    call(std::index_sequence_for<P...>{});
+    call_with_params<P...>(f, args, std::index_sequence_for<P...>{});
     inv.set_result(0, encode_unit());
   } else {
-    set_results(inv, call(std::index_sequence_for<P...>{}));
+    set_results(inv, call_with_params<P...>(f, args, std::index_sequence_for<P...>{}));
   }
 }
 
@@ -304,17 +311,26 @@ M member_from(const function_info& info) {
   return m;
 }
 
+/// Method `m` bound to the instance `self`. A named type, not a generic
+/// lambda: GCC's demangler cannot read the frames a variadic generic lambda
+/// makes, and a task's stack showed them mangled.
+template <class M, class T>
+struct bound_method {
+  T* self;
+  M m;
+  template <class... A>
+  decltype(auto) operator()(A&&... a) const {
+    return (self->*m)(std::forward<A>(a)...);
+  }
+};
+
 /// Calls method M of class T with parameters P... on the hosted instance.
 template <class M, class T, class R, class... P>
 struct method_call {
   using class_type = T;
   using result = R;
   static void invoke(const function_info& info, invocation& inv) {
-    T* self = static_cast<T*>(inv.instance());
-    M m = member_from<M>(info);
-    decode_call_store<R, P...>(inv, [&](auto&&... a) -> decltype(auto) {
-      return (self->*m)(std::forward<decltype(a)>(a)...);
-    });
+    decode_call_store<R, P...>(inv, bound_method<M, T>{static_cast<T*>(inv.instance()), member_from<M>(info)});
   }
 };
 
