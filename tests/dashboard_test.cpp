@@ -145,6 +145,8 @@ TEST_F(dashboard, the_page_shows_the_numbers_of_manta_status_and_a_chart_with_po
   EXPECT_GE(std::stoi(element(dom, "chart-points")), 2) << "the chart has no points";
   EXPECT_NE(dom.find("<td>worker</td>"), std::string::npos) << "the processes table is empty";
   EXPECT_NE(dom.find("<td>the-tally</td><td>alive</td>"), std::string::npos) << "the actors table: " << dom;
+  EXPECT_NE(dom.find("<td>triple</td><td>25</td><td>0</td><td>0</td>"), std::string::npos) << "the functions table: " << dom;
+  EXPECT_NE(dom.find("<td>Tally</td><td>1</td><td>0</td><td>0</td>"), std::string::npos) << "its constructor: " << dom;
 
   std::string shot = dir_ + "/dashboard.png";
   chromium("--virtual-time-budget=3000 --window-size=1200,1000 --screenshot=" + shot + " '" + url + "'");

@@ -77,6 +77,11 @@ observe::http_reply answer(const server_state& s, std::string_view target) {
         if (std::string v = observe::query_value(target, key); !v.empty()) request += std::string(" ") + key + "=" + v;
       return reply(200, observe::ask(s.opts.socket, request, ask_ms), "application/json");
     }
+    if (path == "/api/summary") {  // ?limit=N: the N busiest functions
+      std::string request = "summary";
+      if (std::string v = observe::query_value(target, "limit"); !v.empty()) request += " limit=" + v;
+      return reply(200, observe::ask(s.opts.socket, request, ask_ms), "application/json");
+    }
     if (path == "/metrics")
       return reply(200,
                    observe::prometheus_metrics(json::parse(observe::ask(s.opts.socket, "status", ask_ms)),

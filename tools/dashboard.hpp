@@ -5,6 +5,7 @@
 //   /chart.js     Chart.js from Debian's libjs-chart.js (the page needs no network)
 //   /api/status   the runtime's status JSON (as `manta status --json`)
 //   /api/memory   the runtime's memory JSON (as `manta memory --json`)
+//   /api/summary  per-function counts and run times (as `manta summary --json`)
 //   /metrics      Prometheus text metrics (observe/metrics.hpp)
 #pragma once
 

@@ -39,6 +39,9 @@ inline constexpr const char* dashboard_page = R"html(<!doctype html>
 <div id="chart-box"><canvas id="throughput"></canvas></div>
 <div>chart points: <span id="chart-points">0</span></div>
 
+<h2>Functions (the 20 busiest)</h2>
+<table id="functions"><thead><tr><th>function</th><th>finished</th><th>failed</th><th>running</th><th>mean</th><th>p95</th></tr></thead><tbody></tbody></table>
+
 <h2>Processes</h2>
 <table id="processes"><thead><tr><th>slot</th><th>pid</th><th>kind</th><th>state</th><th>running</th></tr></thead><tbody></tbody></table>
 
@@ -63,6 +66,10 @@ inline constexpr const char* dashboard_page = R"html(<!doctype html>
 <script>
 const token = "__TOKEN__";
 const set = (id, v) => { document.getElementById(id).textContent = v; };
+// A run time as the manta command prints it.
+function seconds(s) {
+  return s < 1e-3 ? (s * 1e6).toFixed(0) + " us" : s < 1 ? (s * 1e3).toFixed(1) + " ms" : s.toFixed(2) + " s";
+}
 // Bytes in IEC units, as the manta command prints them.
 function iec(b) {
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -125,6 +132,9 @@ async function poll() {
     const amount = (k, v) => k === "memory" ? iec(v) : v;
     res.replaceChildren(...Object.keys(s.resources.total).map(k =>
       row([k, amount(k, s.resources.total[k] - (s.resources.available[k] ?? 0)), amount(k, s.resources.total[k])])));
+    const f = await (await fetch("/api/summary?limit=20&token=" + token)).json();
+    document.querySelector("#functions tbody").replaceChildren(...f.functions.map(x =>
+      row([x.name, x.finished, x.failed, x.running, x.runs ? seconds(x.mean_s) : "-", x.runs ? seconds(x.p95_s) : "-"])));
     document.querySelector("#actors tbody").replaceChildren(...s.actors.map(a =>
       row([a.class, a.name ?? "", a.state, a.pid ?? "", a.queued_calls, a.restarts])));
     // The largest 200 only: the whole list of 100k objects was 13 MB a poll.

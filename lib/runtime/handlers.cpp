@@ -144,6 +144,8 @@ void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
     return;
   }
   if (t->mode == detail::call_mode::construct) {  // an actor's constructor
+    if (m.ok) functions_.finished(t->label());
+    else functions_.failed(t->label());
     actor_record& a = *t->actor;
     finish_task(t);
     constructed(a, m.ok ? nullptr : &m.error);

@@ -128,12 +128,21 @@ std::string node_runtime::answer(const std::string& request) {
   std::string verb;
   in >> verb;
   if (verb == "status") return status_json();
-  if (verb == "summary") {
+  if (verb == "summary") {  // summary [limit=N]: the N busiest functions
+    std::size_t limit = 0;
+    if (std::string arg; in >> arg) {
+      if (arg.rfind("limit=", 0) != 0 || arg.size() == 6 || arg.size() > 15 ||
+          arg.find_first_not_of("0123456789", 6) != std::string::npos)
+        return dump({{"error", "summary: '" + arg + "' is not limit=N"}});
+      limit = std::stoul(arg.substr(6));
+    }
     json j;
     {
       scheduler_lock lock(*this);
       j = sched_->function_report();
     }
+    json& functions = j["functions"];
+    if (limit && functions.size() > limit) functions.erase(functions.begin() + static_cast<std::ptrdiff_t>(limit), functions.end());
     return dump(j);
   }
   if (verb == "memory") {
