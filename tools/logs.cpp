@@ -66,13 +66,21 @@ int show_logs(const logs_options& o) {
     throw std::runtime_error("no log of pid " + std::to_string(o.pid) + " in " + o.log_dir +
                              " (manta logs lists them)");
   print_from(path + ".old", 0);  // what it wrote before its log rotated
+  auto inode = [](const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 ? st.st_ino : ino_t{0};
+  };
+  ino_t followed = inode(path);
   std::uintmax_t at = print_from(path, 0);
   if (!o.follow) return 0;
   // Until the process ends (then what it wrote last), or Ctrl-C.
   for (bool last_look = false;; ) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && static_cast<std::uintmax_t>(st.st_size) < at) at = 0;  // it rotated
+    if (const ino_t now = inode(path); now != followed) {  // it rotated: the old file's tail, then the new one
+      if (followed && inode(path + ".old") == followed) print_from(path + ".old", at);
+      followed = now;
+      at = 0;
+    }
     at = print_from(path, at);
     if (last_look) return 0;
     last_look = !process_alive(o.pid);

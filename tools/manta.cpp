@@ -129,11 +129,13 @@ void print_status(const json& s) {
 /// The pid of the host of the actor named `name`, from a status document.
 /// @throws std::runtime_error when no live actor has that name
 int actor_pid(const json& status, const std::string& name) {
+  bool named = false;  // (a dead one may keep its name while referenced, beside a new live one)
   for (const auto& a : status["actors"])
     if (a.value("name", "") == name) {
-      if (!a.contains("pid")) throw std::runtime_error("the actor '" + name + "' has no live process now");
-      return a["pid"].get<int>();
+      named = true;
+      if (a.contains("pid")) return a["pid"].get<int>();
     }
+  if (named) throw std::runtime_error("the actor '" + name + "' has no live process now");
   throw std::runtime_error("no actor is named '" + name + "' (manta status lists the actors)");
 }
 

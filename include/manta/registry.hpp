@@ -87,6 +87,9 @@ const function_info& method_for(std::uint64_t class_tag, const void* member, std
 const function_info* function_by_id(std::uint64_t id);
 /// Records an actor class's name under its type tag (for messages and get_actor).
 void register_actor_class(std::uint64_t class_tag, std::string name);
+/// Replaces the name the tools and messages show for a registered actor class
+/// (the library's own: a queue's home shows as "queue").
+void show_actor_class_as(std::uint64_t class_tag, std::string name);
 /// The name MANTA_ACTOR gave the class, or its demangled type name.
 std::string actor_class_name(std::uint64_t class_tag);
 /// Splits "a, b<c, d>, e" at top-level commas.

@@ -104,6 +104,8 @@ std::vector<const void*> read_frames(const std::string& path) {
 
 int stack_request_signal() noexcept { return SIGRTMIN + 5; }
 
+bool stack_requests_fit(const std::string& dir) noexcept { return dir.size() < sizeof stack_dir; }
+
 void install_crash_handler(const std::string& dir) {
   if (dir.empty()) return;
   dump_pid = ::getpid();
@@ -124,7 +126,7 @@ void install_crash_handler(const std::string& dir) {
     if (::sigaction(sig, nullptr, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL)
       ::sigaction(sig, &sa, nullptr);
   }
-  if (dir.size() < sizeof stack_dir) {
+  if (stack_requests_fit(dir)) {
     std::memcpy(stack_dir, dir.c_str(), dir.size() + 1);
     struct sigaction ask {};
     ask.sa_handler = on_stack_request;

@@ -41,6 +41,10 @@ std::string take_crash_stack(const std::string& dir, pid_t pid);
 /// signal (SIGRTMIN+5; installed with the crash handler, if at its default).
 int stack_request_signal() noexcept;
 
+/// Whether workers answer stack requests with `dir` as their log_dir (it fits
+/// the handler's buffer for the file's path).
+bool stack_requests_fit(const std::string& dir) noexcept;
+
 /// One thread's stack, as collect_stacks names it.
 struct thread_stack {
   pid_t tid = 0;

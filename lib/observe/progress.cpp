@@ -39,6 +39,13 @@ bool take_line(const progress_bar* bar) {
       !(now_ns() - line_touched.load() > stale_after_ns && line_owner.compare_exchange_strong(owner, bar)))
     return false;
   line_touched.store(now_ns());
+  if (owner) {  // taken from a stale bar: its last drawing stays where it is, and is drawn no more
+    std::lock_guard lock(terminal_mu);
+    if (!shown.empty()) {
+      [[maybe_unused]] auto n = ::write(STDERR_FILENO, "\n", 1);
+      shown.clear();
+    }
+  }
   return true;
 }
 

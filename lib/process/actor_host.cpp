@@ -47,7 +47,7 @@ class executors {
       for (;;) {
         idle_.fetch_add(1);
         ctx_.take_task(body);
-        if (idle_.fetch_sub(1) == 1 && started_.load() < max_) add();  // one still waits for the next call
+        if (idle_.fetch_sub(1) == 1 && started_.load() < max_) grow();  // one still waits for the next call
         run_task_body(ctx_, body);
       }
     } catch (const std::exception& e) {
@@ -55,6 +55,17 @@ class executors {
     } catch (...) {
     }
     ::_exit(70);
+  }
+
+  /// One more thread, asked by an executor that took the last idle place:
+  /// one that cannot start leaves the actor serving with those it has (the
+  /// call just taken, and those in flight, must not die with it).
+  void grow() {
+    try {
+      add();
+    } catch (const std::exception& e) {
+      if (!warned_.exchange(true)) MANTA_WARN << "actor host: " << e.what() << "; going on with the threads running";
+    }
   }
 
   void add() {
@@ -66,7 +77,8 @@ class executors {
     try {
       std::thread([this] { execute_calls(); }).detach();
     } catch (const std::system_error& e) {
-      // Out of the loop: the process ends, the actor dies with this reason logged.
+      started_.fetch_sub(1);
+      // At the host's start, out of the loop: the process ends, the actor dies with this reason logged.
       throw std::runtime_error("cannot start executor thread " + std::to_string(n) + " of " +
                                std::to_string(max_) + " (max_concurrency): " + e.what());
     }
@@ -76,6 +88,7 @@ class executors {
   const int max_;
   std::atomic<int> started_{0};
   std::atomic<int> idle_{0};
+  std::atomic<bool> warned_{false};
 };
 
 }  // namespace

@@ -30,9 +30,11 @@ std::size_t queue_store::size() const {
   return items_.size();
 }
 
-// Registered as "queue" (its methods "queue::push"...): what status, summary
-// and the timeline show of a user's queue, not the detail class.
-using queue = queue_store;
-MANTA_ACTOR(queue, &queue::push, &queue::pop, &queue::size);
-
 }  // namespace manta::detail
+
+// Registered under its full name (a user's own `queue` actor class must not
+// collide with it), shown by the tools as "queue", not as the detail class.
+MANTA_ACTOR(manta::detail::queue_store, &manta::detail::queue_store::push, &manta::detail::queue_store::pop,
+            &manta::detail::queue_store::size);
+[[maybe_unused]] static const bool queue_store_shown_as_queue =
+    (manta::detail::show_actor_class_as(manta::detail::type_tag<manta::detail::queue_store>(), "queue"), true);

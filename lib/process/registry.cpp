@@ -95,6 +95,12 @@ void register_actor_class(std::uint64_t class_tag, std::string name) {
   r.class_names.emplace(class_tag, std::move(name));
 }
 
+void show_actor_class_as(std::uint64_t class_tag, std::string name) {
+  registry& r = table();
+  std::lock_guard lock(r.mu);
+  r.class_names[class_tag] = std::move(name);
+}
+
 std::string actor_class_name(std::uint64_t class_tag) {
   {
     registry& r = table();

@@ -31,8 +31,10 @@ std::tuple<queue_item, bool> stream_store::pop(std::int64_t wait_ms) {
   return {std::move(out), false};
 }
 
-// Registered as "stream" (its methods "stream::push"...), as queue_store.
-using stream = stream_store;
-MANTA_ACTOR(stream, &stream::push, &stream::finish, &stream::pop);
-
 }  // namespace manta::detail
+
+// Registered under its full name, shown as "stream" (as queue_store).
+MANTA_ACTOR(manta::detail::stream_store, &manta::detail::stream_store::push, &manta::detail::stream_store::finish,
+            &manta::detail::stream_store::pop);
+[[maybe_unused]] static const bool stream_store_shown_as_stream =
+    (manta::detail::show_actor_class_as(manta::detail::type_tag<manta::detail::stream_store>(), "stream"), true);

@@ -242,7 +242,7 @@ node_runtime::node_runtime(const options& opts)
       sched_->kill_for_memory(m, opts_.memory_threshold);
     });
   start_arena_warming();
-  start_metrics_endpoint();  // (before the tools' socket, whose status names it)
+  bind_metrics_endpoint();
   if (!socket.empty()) {
     try {
       address_ = std::make_unique<observe::control_server>(
@@ -252,11 +252,12 @@ node_runtime::node_runtime(const options& opts)
       socket_.clear();  // (no server thread reads it)
     }
   }
+  serve_metrics_endpoint();
   MANTA_DEBUG << "runtime up: " << pool_size_ << " workers, a " << (arena_->capacity() >> 20)
               << " MiB arena, log_dir " << log_dir_ << (socket_.empty() ? "" : ", socket " + socket_);
 }
 
-void node_runtime::start_metrics_endpoint() {
+void node_runtime::bind_metrics_endpoint() {
   const char* at = std::getenv("MANTA_METRICS_ADDRESS");
   if (!at || !*at) return;
   try {
@@ -264,10 +265,20 @@ void node_runtime::start_metrics_endpoint() {
       return observe::prometheus_metrics(nlohmann::json::parse(answer("status")),
                                          nlohmann::json::parse(answer("summary")));
     });
-    metrics_->start();
-    MANTA_INFO << "metrics: http://" << metrics_->address() << "/metrics";
+    metrics_address_ = metrics_->address();
   } catch (const std::exception& e) {  // the program runs on without them
     MANTA_WARN << "MANTA_METRICS_ADDRESS=" << at << ": " << e.what() << "; no metrics are served";
+  }
+}
+
+void node_runtime::serve_metrics_endpoint() {
+  if (!metrics_) return;
+  try {
+    metrics_->start();
+    MANTA_INFO << "metrics: http://" << metrics_address_ << "/metrics";
+  } catch (const std::exception& e) {  // (no thread: the port is closed, not left bound and unserved)
+    MANTA_WARN << "metrics on " << metrics_address_ << ": " << e.what() << "; no metrics are served";
+    metrics_.reset();
   }
 }
 
@@ -300,8 +311,8 @@ node_runtime::~node_runtime() {
 void node_runtime::begin_stop() {
   MANTA_DEBUG << "runtime stopping";
   stopping_.store(true, std::memory_order_release);
-  metrics_.reset();  // its thread reads the scheduler
-  address_.reset();  // so does this one's
+  address_.reset();  // its thread reads the scheduler
+  metrics_.reset();  // so does this one's
   monitor_.reset();  // its thread takes the scheduler's lock
   spiller_->stop();  // so does its (jobs not done are dropped; the scheduler may still post: dropped too)
   arena_->stop_warming();  // it reads the control block, unmapped below

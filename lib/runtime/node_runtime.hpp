@@ -88,6 +88,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   // ---- introspection (tests and tools)
   detail::runtime_counters counters() const { return sched_->counters(); }
   /// pids of the zygote and live workers.
+  /// The zygote's pid first, then each live worker's and actor host's.
   std::vector<pid_t> process_ids();
   store::arena& arena() noexcept { return *arena_; }
   detail::spill_counters spilling() const { return store_->stats(); }
@@ -378,9 +379,14 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// A job of the spiller done (on its thread): hands the outcome to the scheduler.
   void spiller_answered(const spiller::job& j, const spiller::outcome& out);
   std::unique_ptr<observe::control_server> address_;  ///< the tools' socket; stopped before the rest
-  /// /metrics over HTTP when MANTA_METRICS_ADDRESS asks for it; stopped with address_.
+  /// /metrics over HTTP when MANTA_METRICS_ADDRESS asks for it; stopped after address_.
   std::unique_ptr<observe::metrics_endpoint> metrics_;
-  void start_metrics_endpoint();
+  /// Where it listens (set before any thread that reads it starts, never changed).
+  std::string metrics_address_;
+  /// Binds (before the tools' socket, whose status names the address), then
+  /// serves (after it: a scrape reads what that block sets).
+  void bind_metrics_endpoint();
+  void serve_metrics_endpoint();
   /// The head this runtime hosts as rank 0 of a launch (outlives cluster_).
   std::unique_ptr<launch_head> launch_head_;
   /// The cluster this runtime drives, if it joined one (set once, before any submission).

@@ -166,10 +166,12 @@ std::string node_runtime::answer(const std::string& request) {
   if (verb == "stack") {  // stack PID: the stacks of every thread of one of this runtime's processes
     long pid = 0;
     in >> pid;
-    const std::vector<pid_t> mine = process_ids();
+    std::vector<pid_t> mine = process_ids();
+    mine.erase(mine.begin());  // (the zygote's: it has no handler, and the signal would end it)
     if (pid <= 0 || std::find(mine.begin(), mine.end(), static_cast<pid_t>(pid)) == mine.end())
       return dump({{"error", "pid " + std::to_string(pid) + " is not a worker or actor host of this runtime"}});
-    if (crash_dir_.empty()) return dump({{"error", "this runtime has no log_dir to collect stacks in"}});
+    if (crash_dir_.empty() || !observe::stack_requests_fit(crash_dir_))
+      return dump({{"error", "this runtime's log_dir cannot take stacks (none, or a path too long)"}});
     json threads = json::array();
     for (const auto& t : observe::collect_stacks(crash_dir_, static_cast<pid_t>(pid), std::chrono::seconds(3)))
       threads.push_back({{"tid", t.tid}, {"name", t.name}, {"frames", t.frames}});
@@ -201,7 +203,7 @@ std::string node_runtime::status_json() {
                   {"socket", address()},
                   {"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()},
                   {"timeline_recording", timeline_.on()},
-                  {"metrics_address", metrics_ ? metrics_->address() : std::string()}};
+                  {"metrics_address", metrics_address_}};
   j["objects"] = {{"count", dir_->size()},
                   {"arena_used_bytes", arena_->used_bytes()},
                   {"arena_capacity_bytes", arena_->capacity()},
