@@ -35,7 +35,7 @@ class function_stats {
 
  private:
   struct entry {
-    std::uint64_t finished = 0, failed = 0, runs = 0, total_ns = 0;
+    std::uint64_t finished = 0, failed = 0, runs = 0, total_ns = 0, max_ns = 0;
     std::array<std::uint64_t, bucket_bounds.size() + 1> buckets{};
   };
   entry& entry_of(const std::string& name);
