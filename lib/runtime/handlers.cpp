@@ -365,7 +365,7 @@ void scheduler::room_made(int slot, std::uint64_t generation, std::uint64_t requ
 bool scheduler::waits_for_room(waiting_alloc& a, std::chrono::steady_clock::time_point now) {
   if (now - a.since >= alloc_writers_wait) return false;  // (a writer that computes for long holds a grant)
   if (others_writing(a.slot)) return true;
-  if (!store_.fits_once_unpinned(a.size)) return false;
+  if (!store_.fits_once_readers_let_go(a.size, a.spills_failed < max_spill_tries)) return false;
   if (a.readers_until == std::chrono::steady_clock::time_point::max()) a.readers_until = now + alloc_unpin_wait;
   return now < a.readers_until;
 }

@@ -1198,7 +1198,7 @@ void node_runtime::pin_for_reader(object_entry* e, detail::deadline until) {
       if (!writing && !std::exchange(looked, true)) continue;  // (one sealed just before the look: spillable now)
       if (writing) looked = false;
       const bool wait = writing ? now - start < scheduler::alloc_writers_wait
-                                : now - start < scheduler::alloc_unpin_wait && store_->fits_once_unpinned(e->size);
+                                : now - start < scheduler::alloc_unpin_wait && store_->fits_once_readers_let_go(e->size, true);
       if (!wait) throw;
       if (stopping_.load(std::memory_order_acquire)) call_guard::stopped(*this, "manta: the runtime was shut down");
       ipc::futex_wait(dir_->seal_word(), seen, std::min(until, now + scheduler::alloc_retry_every));

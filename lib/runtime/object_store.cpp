@@ -193,11 +193,14 @@ void object_store::take_releases() {
   for (auto [at, size] : taken) file_.release(at, size);
 }
 
-bool object_store::fits_once_unpinned(std::size_t size) {
+bool object_store::fits_once_readers_let_go(std::size_t size, bool may_spill) {
+  // With spilling, unpinned objects count too: one a reader let go between the
+  // caller's look at could_make_room and this one is spillable on its retry
+  // (counting only pinned ones, the asker was refused in that gap).
   std::lock_guard lock(mu_);
   std::uint64_t room = arena_.free_bytes() + restoring_bytes_;  // (a reader reading one back holds it next)
   for (object_entry* e : resident_)
-    if (e->pins.load(std::memory_order_relaxed) > 0) room += e->size;
+    if (may_spill || e->pins.load(std::memory_order_relaxed) > 0) room += e->size;
   return room >= size;
 }
 

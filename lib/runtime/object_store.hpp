@@ -47,8 +47,9 @@ class object_store {
   std::string no_room(std::size_t size, const std::string& spill_failure = {}) const;
   /// An extent only if one fits without spilling (optional grants), else no_extent.
   std::uint64_t try_allocate(std::size_t size) { return arena_.allocate(size); }
-  /// Whether `size` bytes would fit once readers let go of what they pin now.
-  bool fits_once_unpinned(std::size_t size);
+  /// Whether `size` bytes would fit once readers let go of what they pin now
+  /// (and, if `may_spill`, what nobody pins is spilled).
+  bool fits_once_readers_let_go(std::size_t size, bool may_spill);
   void deallocate(std::uint64_t offset) noexcept { arena_.deallocate(offset); }
 
   /// `e` was just sealed in the arena: it may be spilled while nobody pins it.
