@@ -79,6 +79,10 @@ struct run_task {
   std::span<const object_id> returns;
   std::uint64_t grant_offset = no_offset;  ///< an extent offered for its result
   std::uint64_t grant_size = 0;
+  /// Sent ahead to a busy process: it runs only if the process takes its key
+  /// out of its control slot's ahead words first (process/control.hpp), and
+  /// never nested (the body's first byte says so: sent_ahead).
+  bool ahead = false;
   std::span<const std::int32_t> gpus;
   /// Writing: the arguments. Reading: `read` fills `args_storage` and points here.
   std::span<const value_location> args;
@@ -86,6 +90,9 @@ struct run_task {
   void write(frame_writer& w) const;
   static run_task read(frame_reader& r, std::vector<value_location>& args_storage);
 };
+
+/// Whether the run_task `body` was sent ahead (its first byte), without reading it.
+inline bool sent_ahead(std::string_view body) noexcept { return !body.empty() && body.front() != 0; }
 
 /// An object a worker subscribed to was sealed, or failed.
 struct object_ready {

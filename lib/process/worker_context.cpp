@@ -218,12 +218,16 @@ bool worker_context::await(lock_t& lock, detail::deadline until, Pred done, arri
     if (done()) return true;
     // A nested task starts only before the deadline: one that runs past it
     // cannot be stopped, so a timeout may be late by one task, never by more.
-    if (what == arrivals::nest && !runnable_.empty() &&
-        (until == detail::no_deadline || detail::clock::now() < until)) {
+    // Not one sent ahead: the driver takes it back when this task's block
+    // reaches it, for a worker that is free (else it runs here after this task).
+    auto nestable = what == arrivals::nest ? std::find_if(runnable_.begin(), runnable_.end(),
+                                                          [](const std::string& b) { return !ipc::sent_ahead(b); })
+                                           : runnable_.end();
+    if (nestable != runnable_.end() && (until == detail::no_deadline || detail::clock::now() < until)) {
       // Queued while this process waited for something else: they came first,
       // and the driver counts them as running here.
-      std::string body = std::move(runnable_.front());
-      runnable_.pop_front();
+      std::string body = std::move(*nestable);
+      runnable_.erase(nestable);
       lock.unlock();
       run_task_body(*this, body);
       lock.lock();
@@ -484,6 +488,14 @@ void worker_context::use_gpus(std::span<const std::int32_t> ids) {
     list += std::to_string(g);
   }
   ::setenv("CUDA_VISIBLE_DEVICES", list.c_str(), 1);
+}
+
+bool worker_context::claim_ahead(std::uint64_t key) noexcept {
+  for (auto& word : slot_.ahead) {
+    std::uint64_t expected = key;
+    if (word.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) return true;
+  }
+  return false;
 }
 
 void worker_context::task_started(std::uint64_t key) {

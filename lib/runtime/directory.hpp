@@ -83,6 +83,8 @@ struct object_entry final : detail::ref_node, pool_allocated {
   }
   /// Tells `s` when it is sealed (the scheduler's, under its mutex).
   void subscribe(subscriber s) { waiters().subscribers.push_back(s); }
+  /// A process waits to be told (the scheduler's, under its mutex).
+  bool has_subscribers() const noexcept { return waiters_ && !waiters_->subscribers.empty(); }
   /// Whom to tell, now that it was sealed (the scheduler's, under its mutex).
   pool_vector<subscriber> take_subscribers() {
     return waiters_ ? std::move(waiters_->subscribers) : pool_vector<subscriber>();

@@ -129,6 +129,7 @@ void scheduler::on_task_done(worker_link& w, const ipc::task_done& m) {
     contained[i] = read_contained(w, m.results[i].contained, m.results[i].location);
   if (cfg_.timeline && cfg_.timeline->on()) record(w, *t, m);
   place_.finished(w.place, *t);
+  not_ahead(*t);
   functions_.ran(t->label(), m.ns);
   unpin_inputs(*t);
   t->worker = -1;
@@ -423,11 +424,13 @@ void scheduler::retry_waiting_allocs() {
 }
 
 void scheduler::on_block(worker_link& w, const ipc::block& m) {
+  take_back_from(w);  // (its process never runs them nested: they go to a free worker, or wait their turn)
   task_spec* t = graph_.find(m.key);
   if (t && t->worker == w.slot) w.blocked_keys.push_back(m.key);
   if (!t || t->worker != w.slot || t->actor) return;  // an actor's calls wait in line; it keeps what it holds
   place_.note_blocks(*t);
   place_.blocked(w.place, *t, {m.needed, {m.ids.begin(), m.ids.end()}, m.key, m.wait});
+  take_back_awaited(m.ids);
   dispatch();
 }
 

@@ -104,6 +104,25 @@ worker_state* placement::pick(const task_spec& t) {
   return best;
 }
 
+worker_state* placement::pick_ahead(const task_spec& t) const {
+  if (!t.is_default() || t.options().timeout_ns || t.options().max_calls > 0 || !stored_inputs_pinned(t))
+    return nullptr;
+  if (const fn_stats* s = find_stats(t); (s && s->blocks) || may_wait_on_others(t)) return nullptr;
+  // A process waits for it (a task in get, lending its CPU): not behind another.
+  for (const object_entry* r : t.returns)
+    if (r->has_subscribers()) return nullptr;
+  for (worker_state* w : pool_) {
+    if (!w->ahead || !w->usable || w->blocked || w->nondefault || w->in_flight.size() != 1) continue;
+    const fn_stats* running = find_stats(*w->in_flight.front());
+    if (running && running->blocks) continue;
+    // (With one task in flight, at most one word holds a key: a task taken back
+    // or started left its word free.)
+    if (w->ahead[0].load(std::memory_order_relaxed) == 0 || w->ahead[1].load(std::memory_order_relaxed) == 0)
+      return w;
+  }
+  return nullptr;
+}
+
 placement::fn_stats* placement::find_stats(const task_spec& t) const {
   // Tasks come in runs of one function: the last lookup is kept (elements of an
   // unordered_map stay where they are; none is ever erased).

@@ -47,6 +47,9 @@ struct worker_state {
   /// Where to publish what work it has (process::work_*, for waiters deciding
   /// whether to spin), or null.
   std::atomic<std::uint32_t>* assigned = nullptr;
+  /// Its process's words for tasks sent ahead (process_slot::ahead, two), or
+  /// null: then nothing is sent ahead to it.
+  std::atomic<std::uint64_t>* ahead = nullptr;
 };
 
 class placement {
@@ -74,6 +77,11 @@ class placement {
 
   /// The worker `t` should be sent to now, or nullptr (it stays queued).
   worker_state* pick(const task_spec& t);
+  /// After `pick` found none for `t`: a busy worker to send it ahead to, to
+  /// start once its one task ends (no round trip between the two), or nullptr.
+  /// Only a default task that can neither wait on others nor be killed for a
+  /// timeout, behind one that is not known to wait (it would nest there).
+  worker_state* pick_ahead(const task_spec& t) const;
   /// After `pick` found none for the default task `t`: no later default task
   /// can go either, so a scan of the ready queue may stop.
   bool blocks_later(const task_spec& t) const;

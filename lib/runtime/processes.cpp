@@ -113,6 +113,8 @@ void scheduler::spawned(int slot, pid_t pid, int to_process, int from_process) {
   w.place.expected_ns = 0;
   w.place.awaiting.clear();
   w.place.holds_cpu = false;
+  if (w.place.ahead)
+    for (int i = 0; i < 2; ++i) w.place.ahead[i].store(0, std::memory_order_relaxed);  // (keys of the process before)
   w.place.usable = !w.actor;
   w.st.store(worker_link::state::alive, std::memory_order_release);
   if (cfg_.timeline && cfg_.timeline->on())
@@ -278,6 +280,7 @@ void scheduler::pool_worker_died(worker_link& w, int status) {
   for (auto it = lost.rbegin(); it != lost.rend(); ++it) {  // keep their order at the queue front
     task_spec* t = *it;
     place_.finished(w.place, *t);
+    not_ahead(*t);  // (not running: queued, as its key still in the ahead words says)
     unpin_inputs(*t);
     t->worker = -1;
     t->grant = ipc::no_offset;  // freed with the worker's other extents below
@@ -334,6 +337,7 @@ void scheduler::lose_node(const std::string& why) {
     std::vector<task_spec*> lost(w.place.in_flight.begin(), w.place.in_flight.end());
     for (task_spec* t : lost) {
       place_.finished(w.place, *t);
+      not_ahead(*t);
       unpin_inputs(*t);
       t->worker = -1;
       t->grant = ipc::no_offset;

@@ -52,7 +52,7 @@ json scheduler::status_report() const {
     json tasks = json::array();
     for (const task_spec* t : w.place.in_flight) {
       if (tasks.size() == 8) break;  // a queue behind it: the first few say enough
-      tasks.push_back(t->name());
+      if (!not_started_ahead(*t)) tasks.push_back(t->name());
     }
     const char* state = st == worker_link::state::starting ? "starting"
                         : w.place.in_flight.empty()        ? "idle"
@@ -70,7 +70,7 @@ json scheduler::status_report() const {
   }
   std::size_t waiting = 0, queued = 0, running = 0;
   graph_.for_each([&](const task_spec& t) {
-    if (t.worker >= 0) ++running;
+    if (t.worker >= 0 && !not_started_ahead(t)) ++running;
     else if (t.pending_deps > 0) ++waiting;
     else ++queued;
   });
@@ -90,6 +90,8 @@ json scheduler::status_report() const {
           {"pool_workers", cfg_.pool_size},
           {"extra_workers", extras_.size()},
           {"extra_workers_started", extras_started_.load()},
+          {"tasks_sent_ahead", sent_ahead_.load()},
+          {"tasks_taken_back", taken_back_.load()},
           {"busy_workers", busy},
           {"actors", std::move(actors)},
           {"tasks",
@@ -107,7 +109,7 @@ json scheduler::status_report() const {
 json scheduler::function_report() const {
   std::unordered_map<std::string, std::size_t> running;
   graph_.for_each([&](const task_spec& t) {
-    if (t.worker >= 0) ++running[t.label()];
+    if (t.worker >= 0 && !not_started_ahead(t)) ++running[t.label()];
   });
   return functions_.report(running);
 }

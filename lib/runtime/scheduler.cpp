@@ -26,7 +26,10 @@ scheduler::scheduler(config c, directory& dir, object_store& store, resource_led
   for (std::size_t i = 0; i < cfg_.max_slots; ++i) {
     auto w = std::make_unique<worker_link>();
     w->slot = w->place.slot = static_cast<int>(i);
-    if (cfg_.control) w->place.assigned = &cfg_.control->slots[i].assigned;
+    if (cfg_.control) {
+      w->place.assigned = &cfg_.control->slots[i].assigned;
+      w->place.ahead = cfg_.control->slots[i].ahead;
+    }
     if (i < cfg_.pool_size) pool.push_back(&w->place);
     links_.push_back(std::move(w));
   }
@@ -310,8 +313,12 @@ void scheduler::dispatch() {
   if (!extras_.empty()) balance_extra_workers(false);  // (surplus idle ones end)
   // A worker whose tasks all wait runs what its innermost one waits for first.
   for (worker_state* w : place_.workers())
-    if (w->blocked > 0)
+    if (w->blocked > 0) {
+      // (What it waits for, sent ahead to a busy worker before it waited, comes back.)
+      if (ahead_ > 0)
+        for (const auto& ws : w->awaiting) take_back_awaited(ws.ids);
       for (task_spec* t : place_.producers_to_lend(*w)) send_task(link(w->slot), *t);
+    }
   // In order, except that a task waiting for resources (GPUs, custom ones, more
   // CPUs) lets later tasks pass, and so does one that may not nest on a blocked
   // worker. A default task that cannot go otherwise means no later one can
@@ -338,6 +345,7 @@ void scheduler::dispatch() {
       t->remote = t->spilled = false;  // it cannot go (its arguments): it waits here, and never tries again
       t->local_only = true;
     }
+    const bool ahead = !w && (w = place_.pick_ahead(*t)) != nullptr;
     if (!w) {
       starved = starved || (t->is_default() ? ledger_.fits_cpu(1) : ledger_.fits(t->need()));
       if (place_.blocks_later(*t)) break;
@@ -351,12 +359,13 @@ void scheduler::dispatch() {
       ++i;
       continue;
     }
-    if (!send_task(link(w->slot), *t)) ++i;  // (sent, it leaves the ready queue; an argument being read back: it stays)
+    if (!send_task(link(w->slot), *t, true, ahead)) ++i;  // (sent, it leaves the ready queue; an argument being read back: it stays)
   }
   if (starved) balance_extra_workers(true);
+  if (ahead_ > 0) steal_for_idle();
 }
 
-bool scheduler::send_task(worker_link& w, task_spec& t, bool may_defer) {
+bool scheduler::send_task(worker_link& w, task_spec& t, bool may_defer, bool ahead) {
   MANTA_DEBUG << "dispatch '" << t.name() << "' to pid " << w.pid << " (slot " << w.slot << ")";
   std::string why;
   switch (pin_inputs(t, may_defer, why)) {
@@ -381,6 +390,7 @@ bool scheduler::send_task(worker_link& w, task_spec& t, bool may_defer) {
   }
   const bool was_waiting = w.place.in_flight.empty() ||
                            w.place.blocked == static_cast<int>(w.place.in_flight.size());
+  if (ahead && !mark_ahead(w, t)) ahead = false;  // (placement saw a free word: never, but then it is only queued)
   t.worker = w.slot;
   t.sent_seq = ++sent_seq_;
   place_.sent(w.place, t);
@@ -425,8 +435,8 @@ bool scheduler::send_task(worker_link& w, task_spec& t, bool may_defer) {
   // tasks can ride with the flush that follows. An idle worker needs them now.
   send_to(w,
           ipc::run_task{t.key, t.fn->id, t.mode, concurrency, t.options().name, send_ids_, t.grant, grant_size,
-                        gpus, send_args_},
-          was_waiting);
+                        ahead, gpus, send_args_},
+          was_waiting || ahead);  // (ahead: it must be there before the running task ends)
   return true;
 }
 
@@ -574,6 +584,7 @@ void scheduler::stop_task(task_spec* t, const ipc::error_info& err, int from) {
   if (t->cancelled || t->mode == detail::call_mode::construct) return;
   if (t->actor && t->worker >= 0) return;  // its actor runs it: a method is never interrupted
   const std::uint64_t key = t->key;
+  take_back(*t);  // sent ahead and not started: it needs no process killed
   if (t->worker < 0) {  // not sent: ready, waiting on arguments, or in its actor's queue; or remote
     if (t->in_lane == &remote_) {
       host_.cancel_remote(t->key);  // its node stops it, or drops it if queued

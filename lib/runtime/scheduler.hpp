@@ -265,7 +265,7 @@ class scheduler {
   void clear();
   detail::runtime_counters counters() const {
     return {tasks_finished_.load(), task_retries_.load(), processes_lost_.load(), actor_restarts_.load(),
-            extras_started_.load()};
+            extras_started_.load(), sent_ahead_.load(), taken_back_.load()};
   }
   std::size_t pool_size() const noexcept { return cfg_.pool_size; }
   const task_graph& graph() const noexcept { return graph_; }
@@ -311,7 +311,33 @@ class scheduler {
   /// Sends `t` to `w`, or fails it if an argument cannot be read back.
   /// @returns false if it stays where it is: an argument is being read back
   /// from the spill file (with `may_defer`; else that is done here, at once).
-  bool send_task(worker_link& w, task_spec& t, bool may_defer = true);
+  /// `ahead`: `w` is busy, and `t` starts once `w` is free unless taken back.
+  bool send_task(worker_link& w, task_spec& t, bool may_defer = true, bool ahead = false);
+
+  // look_ahead.cpp: a task sent ahead to a busy worker, so that no round trip
+  // to the driver lies between its current task and the next; taken back for
+  // a worker that would otherwise be idle, or when its worker waits.
+  /// Puts `t`'s key in a free ahead word of `w`'s process (false: none free).
+  bool mark_ahead(worker_link& w, task_spec& t);
+  /// `t` was sent ahead and has not started: it leaves its worker (whose
+  /// process will skip it) for the front of the ready queue. False if it
+  /// started (or was not sent ahead): it stays.
+  bool take_back(task_spec& t);
+  /// `t` ran (or its worker died): it is no longer ahead.
+  void not_ahead(task_spec& t) noexcept;
+  /// Workers idle after a dispatch take tasks sent ahead to busy ones.
+  void steal_for_idle();
+  /// `w` waits in get: what was sent ahead to it goes back (it would run
+  /// nested above the waiting task, holding it up once its objects come).
+  void take_back_from(worker_link& w);
+  /// A task waits for `ids`: their producers sent ahead to other workers come
+  /// back, to run on the waiting one's lent CPU or on a free worker.
+  void take_back_awaited(std::span<const object_id> ids);
+  /// `t` was sent ahead and its process has not started it (what the tools
+  /// show as queued).
+  bool not_started_ahead(const task_spec& t) const noexcept;
+  int ahead_ = 0;  ///< tasks with `ahead` set
+  std::atomic<std::uint64_t> sent_ahead_{0}, taken_back_{0};
   enum class pinned { all, deferred, failed };
   /// Pins `t`'s stored arguments. One spilled is read back off the lock
   /// (deferred) unless `!may_defer`; `why` says why one cannot be (failed).

@@ -112,6 +112,7 @@ struct task_spec : pool_allocated {
   bool remote = false;  ///< it goes to the cluster (runtime/cluster.hpp)
   bool spilled = false;  ///< remote only because it would have queued here: it may come back
   bool local_only = false;  ///< it spilled and came back, or could not go: it runs here
+  bool ahead = false;  ///< sent ahead to a busy worker, perhaps not started (scheduler::take_back)
   std::uint64_t grant = ipc::no_offset;  ///< extent offered for its result, while in flight
   /// Its expected run time when sent (placement's estimate; infinite: unknown or blocking).
   double expected_ns = 0;

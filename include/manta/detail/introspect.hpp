@@ -25,6 +25,9 @@ struct runtime_counters {
   std::uint64_t actor_restarts = 0;
   /// Workers started beyond the pool's size while its workers waited in get/wait.
   std::uint64_t extra_workers_started = 0;
+  /// Tasks sent ahead to a busy worker, and those taken back before they started.
+  std::uint64_t tasks_sent_ahead = 0;
+  std::uint64_t tasks_taken_back = 0;
 };
 runtime_counters counters();
 
