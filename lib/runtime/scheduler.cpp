@@ -312,13 +312,10 @@ void scheduler::dispatch() {
   if (!waiting_actors_.empty()) start_waiting_actors();
   if (!extras_.empty()) balance_extra_workers(false);  // (surplus idle ones end)
   // A worker whose tasks all wait runs what its innermost one waits for first.
+  // (What it waits for was taken back if it had been sent ahead: on_block.)
   for (worker_state* w : place_.workers())
-    if (w->blocked > 0) {
-      // (What it waits for, sent ahead to a busy worker before it waited, comes back.)
-      if (ahead_ > 0)
-        for (const auto& ws : w->awaiting) take_back_awaited(ws.ids);
+    if (w->blocked > 0)
       for (task_spec* t : place_.producers_to_lend(*w)) send_task(link(w->slot), *t);
-    }
   // In order, except that a task waiting for resources (GPUs, custom ones, more
   // CPUs) lets later tasks pass, and so does one that may not nest on a blocked
   // worker. A default task that cannot go otherwise means no later one can
