@@ -2,6 +2,7 @@
 // tasks pipelined behind busy ones once their duration is known, a blocked
 // worker lending its CPU (and running the producers of what it waits for),
 // resources taken and given back. Durations are injected, no clock is read.
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -308,6 +309,74 @@ TEST_F(placement_fixture, a_result_extent_is_offered_once_large_results_are_seen
   EXPECT_EQ(place.result_grant_size(*a), 0u);
   place.record(*a, 1000, 1 << 20);
   EXPECT_EQ(place.result_grant_size(*task()), 1u << 20);
+}
+
+// A stored argument pinned only by the hold of its read-back from the spill
+// file (the dispatch right after it) does not count as pinned: the task is not
+// queued behind a busy worker, where it would keep the object pinned; each
+// read-back added one more, until the arena was all queued tasks' inputs and
+// the next read-back failed (spilling.tasks_queued_behind_busy_workers...,
+// about 1 run in 40 under load).
+TEST_F(placement_fixture, an_input_only_a_read_back_holds_is_not_queued_behind_busy_workers) {
+  task_spec* a = task();
+  task_spec* b = task();
+  place.record(*a, 1'000, 8);  // short: pipelined behind busy workers
+  send(workers[0], a);
+  send(workers[1], b);
+  object_entry* stored = object(true);
+  stored->large = true;
+  stored->pins.store(1);  // the read-back's hold
+  task_spec* reader = task({stored});
+  const std::vector<object_entry*> read_back{stored};
+  place.held_for_read_back(&read_back);
+  EXPECT_EQ(place.pick(*reader), nullptr);
+  EXPECT_EQ(place.pick_ahead(*reader), nullptr);
+  place.held_for_read_back(nullptr);
+  EXPECT_NE(place.pick(*reader), nullptr);  // pinned by someone else: it may queue
+  stored->pins.store(0);
+  EXPECT_EQ(place.pick(*reader), nullptr);  // nobody pins it: it stays spillable
+  place.finished(workers[0], *a);
+  place.finished(workers[1], *b);
+}
+
+// One task goes ahead to a worker running exactly one, while one of its ahead
+// words is free; not a task with a timeout, nor one a process waits for, nor
+// behind a task known to wait in get.
+TEST_F(placement_fixture, a_task_goes_ahead_only_where_it_cannot_be_held_up_for_ever) {
+  std::atomic<std::uint64_t> words0[2]{}, words1[2]{};
+  workers[0].ahead = words0;
+  workers[1].ahead = words1;
+  detail::function_info waits;
+  waits.name.push_back('w');
+  waits.id = 3;
+  task_spec* a = task();
+  task_spec* b = task();
+  b->fn = &waits;
+  EXPECT_EQ(place.pick_ahead(*task()), nullptr);  // idle workers: none is busy
+  send(workers[0], a);
+  send(workers[1], b);
+  task_spec* next = task();
+  EXPECT_EQ(place.pick_ahead(*next), &workers[0]);
+  send(workers[0], next);
+  words0[0].store(next->key);
+  EXPECT_EQ(place.pick_ahead(*task()), &workers[1]);  // the first runs two now
+  words1[0].store(99);
+  words1[1].store(98);
+  EXPECT_EQ(place.pick_ahead(*task()), nullptr);  // (no free word: never with one in flight, but checked)
+  words1[0].store(0);
+  words1[1].store(0);
+  task_spec* timed = task();
+  auto with_timeout = detail::task_options{};
+  with_timeout.timeout_ns = 1'000'000'000;
+  timed->profile = new task_profile(with_timeout, {1.0, 0, {}});
+  EXPECT_EQ(place.pick_ahead(*timed), nullptr);
+  task_spec* awaited = task();
+  awaited->returns[0]->subscribe({0, 1});  // a process waits for its result
+  EXPECT_EQ(place.pick_ahead(*awaited), nullptr);
+  place.note_blocks(*b);  // b's function waits in get: nothing goes behind b
+  EXPECT_EQ(place.pick_ahead(*task()), nullptr);
+  for (task_spec* t : {a, next}) place.finished(workers[0], *t);
+  place.finished(workers[1], *b);
 }
 
 }  // namespace

@@ -34,9 +34,14 @@ bool placement::has_stored_inputs(const task_spec& t) {
   return false;
 }
 
-bool placement::stored_inputs_pinned(const task_spec& t) {
-  for (const object_entry* e : t.deps)
-    if (e->large && e->pins.load(std::memory_order_relaxed) <= 0) return false;
+bool placement::stored_inputs_pinned(const task_spec& t) const {
+  for (object_entry* e : t.deps) {
+    if (!e->large) continue;
+    const std::int32_t pins = e->pins.load(std::memory_order_relaxed);
+    if (pins <= 0) return false;
+    if (pins == 1 && read_back_ && std::find(read_back_->begin(), read_back_->end(), e) != read_back_->end())
+      return false;
+  }
   return true;
 }
 

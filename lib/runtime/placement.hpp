@@ -100,7 +100,14 @@ class placement {
   static bool has_stored_inputs(const task_spec& t);
   /// Every argument of `t` in the arena is pinned already (by tasks that read
   /// it, or the caller): queuing `t` keeps nothing more from being spilled.
-  static bool stored_inputs_pinned(const task_spec& t);
+  /// Not by the hold of a read-back alone (see held_for_read_back).
+  bool stored_inputs_pinned(const task_spec& t) const;
+  /// While the scheduler dispatches after reading `entries` back from the
+  /// spill file, they are pinned only by that read's hold, which ends after
+  /// the dispatch: a task queued behind a busy worker would keep them pinned,
+  /// and each read-back would pin one more (the arena filled with the inputs
+  /// of queued tasks, and the next read-back failed). Null after.
+  void held_for_read_back(const std::vector<object_entry*>* entries) noexcept { read_back_ = entries; }
 
   /// `t` is sent to `w`: it holds its CPU (and resources) now.
   void sent(worker_state& w, task_spec& t);
@@ -165,6 +172,7 @@ class placement {
   task_graph& graph_;
   std::vector<worker_state*> pool_;
   std::unordered_map<std::uint64_t, fn_stats> stats_;
+  const std::vector<object_entry*>* read_back_ = nullptr;  ///< see held_for_read_back
   mutable std::uint64_t last_key_ = 0;  ///< find_stats's last lookup
   mutable fn_stats* last_stats_ = nullptr;
 };

@@ -65,7 +65,9 @@ void scheduler::restored(const std::vector<object_entry*>& entries, bool ok, std
   for (auto& [e, s] : told) notify(s, e);
   for (auto& a : actors_)  // (rare: an actor whose next call reads one waits in its queue)
     if (!a->queue.empty()) actor_dispatch(*a);
+  if (ok) place_.held_for_read_back(&entries);
   dispatch();
+  place_.held_for_read_back(nullptr);
   restore_failed_.clear();
   for (object_entry* e : entries) {
     if (ok) store_.unpin(e);
