@@ -34,7 +34,14 @@ int gated_crash(std::string gate) {
   ::raise(SIGKILL);
   return 0;
 }
-MANTA_REMOTE(pid_of, now_ns, gated_pid, gated_parent, gated_crash);
+int plus_one(int v) { return v + 1; }
+/// Waits at the gate, then for a task whose argument is another task's result.
+int gated_chain(std::string gate) {
+  manta::testing::wait_at_gate(gate);
+  auto first = manta::task(pid_of).remote();
+  return manta::get(manta::task(plus_one).remote(first), 30s);
+}
+MANTA_REMOTE(pid_of, now_ns, gated_pid, gated_parent, gated_crash, plus_one, gated_chain);
 
 class look_ahead : public manta::testing::runtime_fixture {
  protected:
@@ -109,6 +116,63 @@ TEST_F(look_ahead, a_task_lost_with_its_worker_before_it_started_runs_elsewhere)
   EXPECT_GT(manta::get(next, 30s), 0);
   ASSERT_TRUE(other_gate.open());
   EXPECT_GT(manta::get(other, 30s), 0);
+}
+
+// A task waits for one whose argument is a task sent ahead behind a held one:
+// that producer comes back to run on the waiting task's lent CPU, instead of
+// waiting for the held task's end (found by review: only direct producers
+// were taken back).
+TEST_F(look_ahead, a_waiting_tasks_indirect_producer_is_not_left_behind_a_held_one) {
+  fifo_gate held_gate, chain_gate;
+  auto held = manta::task(gated_pid).remote(held_gate.path());
+  auto chain = manta::task(gated_chain).remote(chain_gate.path());
+  ASSERT_TRUE(chain_gate.open());
+  EXPECT_GT(manta::get(chain, 30s), 0);  // (the held gate is still closed)
+  ASSERT_TRUE(held_gate.open());
+  EXPECT_GT(manta::get(held, 30s), 0);
+}
+
+class look_ahead_one_worker : public manta::testing::runtime_fixture {
+ protected:
+  void SetUp() override { start(1); }
+};
+
+// A task too short to flush its result at once (under 50 µs) leaves it in its
+// worker's outbox for the next read; with the next task sent ahead there is
+// no read before that one ends, so the result waited for the whole next task
+// (found by review). Five rounds: the two are submitted back to back.
+TEST_F(look_ahead_one_worker, a_short_tasks_result_does_not_wait_for_the_task_sent_ahead_behind_it) {
+  for (int round = 0; round < 5; ++round) {
+    fifo_gate gate;
+    auto quick = manta::task(plus_one).remote(round);
+    auto held = manta::task(gated_pid).remote(gate.path());
+    EXPECT_EQ(manta::get(quick, 30s), round + 1);  // (the gate is still closed)
+    ASSERT_TRUE(gate.open());
+    EXPECT_GT(manta::get(held, 30s), 0);
+  }
+}
+
+class look_ahead_one_cpu : public manta::testing::runtime_fixture {
+ protected:
+  void SetUp() override { start(2, {.resources = {{"CPU", 1}}}); }
+};
+
+// One CPU for two workers: the second worker stays idle while the first runs
+// a task, and a task sent ahead to the first is not stolen for it (which took
+// a CPU the ledger did not have: found by review).
+TEST_F(look_ahead_one_cpu, an_idle_worker_takes_no_task_without_a_cpu) {
+  fifo_gate gate;
+  auto held = manta::task(now_ns).remote();
+  ASSERT_GT(manta::get(held, 30s), 0);  // now_ns is known short: the next goes ahead
+  auto first = manta::task(gated_pid).remote(gate.path());
+  auto next = manta::task(now_ns).remote();
+  ASSERT_TRUE(manta::testing::eventually([] { return manta::detail::counters().tasks_sent_ahead >= 1; }, 30s));
+  EXPECT_GE(manta::available_resources().at("CPU"), 0.0);
+  EXPECT_EQ(manta::detail::counters().tasks_taken_back, 0u);
+  ASSERT_TRUE(gate.open());
+  EXPECT_GT(manta::get(first, 30s), 0);
+  EXPECT_GT(manta::get(next, 30s), 0);
+  EXPECT_EQ(manta::available_resources().at("CPU"), 1.0);
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ TEST(messages, run_task_round_trips) {
   std::vector<std::int32_t> gpus{0, 3};
   std::vector<value_location> args{{7, 5, no_offset, reinterpret_cast<const std::byte*>(inline_bytes.data())},
                                    {8, 1 << 20, 4096, nullptr}};
-  run_task m{42, 99, detail::call_mode::construct, 4, "named", returns, 128, 64, true, gpus, args};
+  run_task m{42, 99, detail::call_mode::construct, 4, "named", returns, 128, 64, true, 77, gpus, args};
   framed f(m);
   EXPECT_EQ(f.header.type, static_cast<std::uint16_t>(msg::run_task));
   auto r = f.reader();
@@ -43,6 +43,7 @@ TEST(messages, run_task_round_trips) {
   EXPECT_EQ(back.key, 42u);
   EXPECT_EQ(back.function, 99u);
   EXPECT_TRUE(back.ahead);
+  EXPECT_EQ(back.ahead_seq, 77u);
   EXPECT_EQ(back.mode, detail::call_mode::construct);
   EXPECT_EQ(back.concurrency, 4);
   EXPECT_EQ(back.name, "named");

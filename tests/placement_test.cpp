@@ -379,4 +379,31 @@ TEST_F(placement_fixture, a_task_goes_ahead_only_where_it_cannot_be_held_up_for_
   place.finished(workers[1], *b);
 }
 
+// Not behind a task with a timeout (killed then, with what waits behind it);
+// behind the task expected to end first, one of unknown length last.
+TEST_F(placement_fixture, a_task_goes_ahead_behind_the_task_expected_to_end_first) {
+  std::atomic<std::uint64_t> words0[2]{}, words1[2]{};
+  workers[0].ahead = words0;
+  workers[1].ahead = words1;
+  detail::function_info other;
+  other.name.push_back('g');
+  other.id = 2;
+  task_spec* unknown = task();
+  unknown->fn = &other;
+  task_spec* known = task();
+  place.record(*known, 5'000'000, 8);  // f: 5 ms
+  send(workers[0], unknown);
+  send(workers[1], known);
+  EXPECT_EQ(place.pick_ahead(*task()), &workers[1]);
+  place.finished(workers[1], *known);
+  task_spec* timed = task();
+  auto with_timeout = detail::task_options{};
+  with_timeout.timeout_ns = 1'000'000'000;
+  timed->profile = new task_profile(with_timeout, {1.0, 0, {}});
+  send(workers[1], timed);
+  EXPECT_EQ(place.pick_ahead(*task()), &workers[0]);
+  place.finished(workers[0], *unknown);
+  place.finished(workers[1], *timed);
+}
+
 }  // namespace

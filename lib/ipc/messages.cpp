@@ -140,6 +140,7 @@ detail::task_options read_options(frame_reader& r) {
 
 void run_task::write(frame_writer& w) const {
   w.put(static_cast<std::uint8_t>(ahead));  // first: a process sees it without reading the rest
+  w.put(ahead_seq);
   w.put(key);
   w.put(function);
   w.put(static_cast<std::uint8_t>(mode));
@@ -157,6 +158,7 @@ void run_task::write(frame_writer& w) const {
 run_task run_task::read(frame_reader& r, std::vector<value_location>& args_storage) {
   run_task m;
   m.ahead = r.get<std::uint8_t>() != 0;
+  m.ahead_seq = r.get<std::uint64_t>();
   m.key = r.get<std::uint64_t>();
   m.function = r.get<std::uint64_t>();
   m.mode = read_mode(r);

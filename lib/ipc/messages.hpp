@@ -79,10 +79,13 @@ struct run_task {
   std::span<const object_id> returns;
   std::uint64_t grant_offset = no_offset;  ///< an extent offered for its result
   std::uint64_t grant_size = 0;
-  /// Sent ahead to a busy process: it runs only if the process takes its key
-  /// out of its control slot's ahead words first (process/control.hpp), and
-  /// never nested (the body's first byte says so: sent_ahead).
+  /// Sent ahead to a busy process: it runs only if the process takes
+  /// `ahead_seq` (this sending's number: a task taken back and sent ahead
+  /// again has a new one) out of its control slot's ahead words first
+  /// (process/control.hpp), and never nested (the body's first byte says
+  /// so: sent_ahead).
   bool ahead = false;
+  std::uint64_t ahead_seq = 0;
   std::span<const std::int32_t> gpus;
   /// Writing: the arguments. Reading: `read` fills `args_storage` and points here.
   std::span<const value_location> args;

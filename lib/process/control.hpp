@@ -23,9 +23,10 @@ struct alignas(64) process_slot {
   std::atomic<std::uint32_t> depth{0};      ///< tasks executing (nested ones included)
   std::atomic<std::uint32_t> spinning{0};   ///< the process spins waiting for its inbox
   std::atomic<std::uint32_t> assigned{0};   ///< what work the driver sent it (work_*; set by the driver)
-  /// Keys of tasks the driver sent ahead, to start once the process is free (0:
-  /// none). Whoever swaps a key to 0 owns the task: the process, to run it, or
-  /// the driver, taking it back for an idle worker. Keys are never reused.
+  /// Tasks the driver sent ahead, to start once the process is free: the
+  /// number of each sending (0: none). Whoever swaps one to 0 owns the task:
+  /// the process, to run it, or the driver, taking it back. Never reused, so a
+  /// message whose sending was taken back finds no number and is skipped.
   std::atomic<std::uint64_t> ahead[2]{};
   std::atomic<std::uint64_t> running[max_depth]{};  ///< their keys, outermost first
 };

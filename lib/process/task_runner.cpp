@@ -162,7 +162,7 @@ void run_task_body(worker_context& ctx, const std::string& body) {
     MANTA_ERROR << "worker: a malformed task: " << e.what();
     ::_exit(3);
   }
-  if (m.ahead && !ctx.claim_ahead(m.key)) return;  // the driver took it back for another worker
+  if (m.ahead && !ctx.claim_ahead(m.ahead_seq)) return;  // the driver took it back
   const detail::function_info* fn = detail::function_by_id(m.function);
   std::string name(m.name);
   if (name.empty() && fn) name = fn->name;

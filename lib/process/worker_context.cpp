@@ -490,10 +490,15 @@ void worker_context::use_gpus(std::span<const std::int32_t> ids) {
   ::setenv("CUDA_VISIBLE_DEVICES", list.c_str(), 1);
 }
 
-bool worker_context::claim_ahead(std::uint64_t key) noexcept {
+bool worker_context::claim_ahead(std::uint64_t seq) {
   for (auto& word : slot_.ahead) {
-    std::uint64_t expected = key;
-    if (word.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) return true;
+    std::uint64_t expected = seq;
+    if (!word.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) continue;
+    // A short task's result waits in the outbox for the next read; this task
+    // was already here, so no read comes before it ends.
+    lock_t lock(mu_);
+    flush();
+    return true;
   }
   return false;
 }

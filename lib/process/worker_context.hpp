@@ -93,9 +93,10 @@ class worker_context final : public process_context {
   /// of a pool worker this is what the driver's crash accounting reads (control
   /// block), and what a thread the task started waits on behalf of.
   void task_started(std::uint64_t key);
-  /// Whether this process may run the task `key` the driver sent ahead: false
-  /// if the driver took it back (then nothing is sent for it).
-  bool claim_ahead(std::uint64_t key) noexcept;
+  /// Whether this process may run the task sent ahead as sending `seq`:
+  /// false if the driver took it back (then nothing is sent for it). Results
+  /// still in the outbox go out first: the task may run for long.
+  bool claim_ahead(std::uint64_t seq);
   /// Runs options.worker_setup the first time any thread is about to run a task
   /// here (it may call the API). @throws usage_error, every time, if it failed.
   void ensure_setup();

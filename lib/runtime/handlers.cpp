@@ -324,6 +324,7 @@ void scheduler::find_room(waiting_alloc a, std::chrono::steady_clock::time_point
   // which is soon: two large results at once must not fail for that.
   // And a reader (the driver copying a value out, a task reading its
   // argument) holds what could be spilled only for a moment, mostly.
+  take_back_pinning();  // (before the look: what they pin may be spilled then)
   if (waits_for_room(a, now)) {
     a.spilling = false;
     waiting_allocs_.push_back(a);
@@ -424,10 +425,14 @@ void scheduler::retry_waiting_allocs() {
 }
 
 void scheduler::on_block(worker_link& w, const ipc::block& m) {
-  take_back_from(w);  // (its process never runs them nested: they go to a free worker, or wait their turn)
+  // (Its process never runs them nested: they go to a free worker, or wait their turn.)
+  const bool took_back = take_back_from(w);
   task_spec* t = graph_.find(m.key);
   if (t && t->worker == w.slot) w.blocked_keys.push_back(m.key);
-  if (!t || t->worker != w.slot || t->actor) return;  // an actor's calls wait in line; it keeps what it holds
+  if (!t || t->worker != w.slot || t->actor) {  // an actor's calls wait in line; it keeps what it holds
+    if (took_back) dispatch();
+    return;
+  }
   place_.note_blocks(*t);
   place_.blocked(w.place, *t, {m.needed, {m.ids.begin(), m.ids.end()}, m.key, m.wait});
   take_back_awaited(m.ids);

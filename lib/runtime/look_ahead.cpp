@@ -3,8 +3,8 @@
 // of the end and send the next cost a round trip per task (~20 µs here, 8% of
 // a 0.25 ms task). A task sent ahead can be taken back while it has not
 // started, so a worker that falls idle never waits behind a busy one: both
-// sides swap the task's key out of the process's ahead words (process/control.hpp),
-// and whoever does owns it.
+// sides swap the sending's number out of the process's ahead words
+// (process/control.hpp), and whoever does owns it.
 #include "runtime/scheduler.hpp"
 
 #include "observe/log.hpp"
@@ -16,7 +16,7 @@ bool scheduler::mark_ahead(worker_link& w, task_spec& t) {
   for (int i = 0; i < 2; ++i) {
     auto& word = w.place.ahead[i];
     if (word.load(std::memory_order_relaxed) != 0) continue;  // (only the driver fills a word)
-    word.store(t.key, std::memory_order_release);  // before the message: the process looks when it reads it
+    word.store(t.sent_seq, std::memory_order_release);  // before the message: the process looks when it reads it
     t.ahead = true;
     ++ahead_;
     sent_ahead_.fetch_add(1, std::memory_order_relaxed);
@@ -28,8 +28,8 @@ bool scheduler::mark_ahead(worker_link& w, task_spec& t) {
 bool scheduler::not_started_ahead(const task_spec& t) const noexcept {
   if (!t.ahead || t.worker < 0) return false;
   const worker_link& w = *links_[static_cast<std::size_t>(t.worker)];
-  return w.place.ahead[0].load(std::memory_order_relaxed) == t.key ||
-         w.place.ahead[1].load(std::memory_order_relaxed) == t.key;
+  return w.place.ahead[0].load(std::memory_order_relaxed) == t.sent_seq ||
+         w.place.ahead[1].load(std::memory_order_relaxed) == t.sent_seq;
 }
 
 void scheduler::not_ahead(task_spec& t) noexcept {
@@ -42,8 +42,8 @@ bool scheduler::take_back(task_spec& t) {
   worker_link& w = link(t.worker);
   bool taken = false;
   for (int i = 0; i < 2 && !taken; ++i) {
-    std::uint64_t key = t.key;
-    taken = w.place.ahead[i].compare_exchange_strong(key, 0, std::memory_order_acq_rel);
+    std::uint64_t seq = t.sent_seq;
+    taken = w.place.ahead[i].compare_exchange_strong(seq, 0, std::memory_order_acq_rel);
   }
   not_ahead(t);  // taken back, or started
   if (!taken) return false;
@@ -57,12 +57,23 @@ bool scheduler::take_back(task_spec& t) {
   return true;
 }
 
-void scheduler::take_back_from(worker_link& w) {
-  if (ahead_ == 0) return;
+bool scheduler::take_back_from(worker_link& w) {
+  if (ahead_ == 0) return false;
   std::vector<task_spec*> sent_ahead;
   for (task_spec* t : w.place.in_flight)
     if (t->ahead) sent_ahead.push_back(t);
-  for (auto it = sent_ahead.rbegin(); it != sent_ahead.rend(); ++it) take_back(**it);  // (their order at the front)
+  bool took = false;
+  for (auto it = sent_ahead.rbegin(); it != sent_ahead.rend(); ++it) took |= take_back(**it);  // (their order at the front)
+  return took;
+}
+
+void scheduler::take_back_pinning() {
+  if (ahead_ == 0) return;
+  std::vector<task_spec*> pinning;
+  for (worker_state* w : place_.workers())
+    for (task_spec* t : w->in_flight)
+      if (t->ahead && t->inputs_pinned && placement::has_stored_inputs(*t)) pinning.push_back(t);
+  for (auto it = pinning.rbegin(); it != pinning.rend(); ++it) take_back(**it);
 }
 
 void scheduler::take_back_awaited(std::span<const object_id> ids) {
@@ -76,6 +87,10 @@ void scheduler::steal_for_idle() {
   for (worker_state* idle : place_.workers()) {
     if (ahead_ == 0) return;
     if (!idle->usable || !idle->in_flight.empty() || !idle->ahead) continue;
+    // Its worker keeps the CPU its running task holds: the idle one needs
+    // another (the ledger may be full with workers idle: CPU resources below
+    // the pool's size, actors holding CPUs, tasks asking several).
+    if (!ledger_.fits_cpu(1)) return;
     // The oldest task sent ahead: the one that has waited longest behind its
     // worker. One that started meanwhile is no longer ahead: the next is tried.
     for (;;) {

@@ -116,16 +116,22 @@ worker_state* placement::pick_ahead(const task_spec& t) const {
   // A process waits for it (a task in get, lending its CPU): not behind another.
   for (const object_entry* r : t.returns)
     if (r->has_subscribers()) return nullptr;
+  // Behind the task expected to end first (one whose time is unknown last).
+  worker_state* best = nullptr;
   for (worker_state* w : pool_) {
     if (!w->ahead || !w->usable || w->blocked || w->nondefault || w->in_flight.size() != 1) continue;
-    const fn_stats* running = find_stats(*w->in_flight.front());
-    if (running && running->blocks) continue;
-    // (With one task in flight, at most one word holds a key: a task taken back
+    const task_spec& running = *w->in_flight.front();
+    if (running.options().timeout_ns) continue;  // (killed at its timeout, with what waits behind it)
+    if (const fn_stats* s = find_stats(running); s && s->blocks) continue;
+    // (With one task in flight, at most one word is taken: a task taken back
     // or started left its word free.)
-    if (w->ahead[0].load(std::memory_order_relaxed) == 0 || w->ahead[1].load(std::memory_order_relaxed) == 0)
-      return w;
+    if (w->ahead[0].load(std::memory_order_relaxed) != 0 && w->ahead[1].load(std::memory_order_relaxed) != 0)
+      continue;
+    if (!best || (best->unbounded && !w->unbounded) ||
+        (best->unbounded == w->unbounded && w->expected_ns < best->expected_ns))
+      best = w;
   }
-  return nullptr;
+  return best;
 }
 
 placement::fn_stats* placement::find_stats(const task_spec& t) const {
@@ -159,7 +165,7 @@ bool placement::none_fits_like(const task_spec& t) const {
                       [&](const worker_state* w) { return w->usable && (w->in_flight.empty() || lending(*w)); });
 }
 
-std::vector<task_spec*> placement::producers_to_lend(const worker_state& w) const {
+std::vector<task_spec*> placement::producers_to_lend(const worker_state& w, std::vector<task_spec*>* ahead) const {
   // Running what the blocked task waits for keeps nesting shallow: otherwise a
   // blocked worker takes whatever is queued, and fork-join code nests deeply.
   // A producer still waiting on its own arguments leads to theirs: whatever the
@@ -178,6 +184,10 @@ std::vector<task_spec*> placement::producers_to_lend(const worker_state& w) cons
     task_spec* t = e->status() == state_pending ? task_graph::producer_of(e) : nullptr;
     if (!t || std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
     seen.push_back(t);
+    if (ahead && t->ahead) {
+      ahead->push_back(t);
+      continue;
+    }
     if (t->in_lane != &graph_.ready()) {
       if (t->pending_deps > 0 && !t->actor)
         for (auto d = t->deps.rbegin(); d != t->deps.rend(); ++d) todo.push_back(*d);

@@ -124,7 +124,9 @@ class placement {
   /// producers that wait on their own arguments to theirs), to run on `w`
   /// nested, in order; empty if it is not lending or none fit. Never one that
   /// may wait on others, or has a timeout: those need a worker of their own.
-  std::vector<task_spec*> producers_to_lend(const worker_state& w) const;
+  /// Producers found sent ahead to a worker (not in the ready queue) are
+  /// added to `ahead`, if given, for the caller to take back and ask again.
+  std::vector<task_spec*> producers_to_lend(const worker_state& w, std::vector<task_spec*>* ahead = nullptr) const;
   /// `w`'s process is gone: every account it held is settled (call after
   /// `finished` for each of its tasks).
   void lost(worker_state& w);

@@ -251,7 +251,9 @@ void scheduler::cancel_orphans(const std::vector<std::uint64_t>& parents, pid_t 
     // is not killed with them: its results fail now, and it runs to its end
     // (killing the process retried the others, and cancelled what they had
     // submitted in turn: one crash could end most of the pool).
-    const bool shares_its_process = t->worker >= 0 && link(t->worker).place.in_flight.size() > 1;
+    const bool shares_its_process =
+        t->worker >= 0 && std::count_if(link(t->worker).place.in_flight.begin(), link(t->worker).place.in_flight.end(),
+                                        [&](const task_spec* o) { return !not_started_ahead(*o); }) > 1;
     stop_task(t,
               ipc::error_info{ipc::error_kind::cancelled, "manta::task_cancelled_error",
                               "manta: task '" + t->name() + "' was cancelled: worker pid " + std::to_string(pid) +

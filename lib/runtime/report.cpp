@@ -50,12 +50,14 @@ json scheduler::status_report() const {
     auto st = w.st.load(std::memory_order_acquire);
     if (st == worker_link::state::dead) continue;
     json tasks = json::array();
+    std::size_t started = 0;
     for (const task_spec* t : w.place.in_flight) {
-      if (tasks.size() == 8) break;  // a queue behind it: the first few say enough
-      if (!not_started_ahead(*t)) tasks.push_back(t->name());
+      if (not_started_ahead(*t)) continue;
+      ++started;
+      if (tasks.size() < 8) tasks.push_back(t->name());  // a queue behind it: the first few say enough
     }
     const char* state = st == worker_link::state::starting ? "starting"
-                        : w.place.in_flight.empty()        ? "idle"
+                        : started == 0                     ? "idle"
                         : w.place.blocked == static_cast<int>(w.place.in_flight.size()) ? "waiting"
                                                                                          : "busy";
     busy += std::string_view(state) == "busy";

@@ -312,10 +312,20 @@ void scheduler::dispatch() {
   if (!waiting_actors_.empty()) start_waiting_actors();
   if (!extras_.empty()) balance_extra_workers(false);  // (surplus idle ones end)
   // A worker whose tasks all wait runs what its innermost one waits for first.
-  // (What it waits for was taken back if it had been sent ahead: on_block.)
+  // (What it waits for was taken back if it had been sent ahead: on_block;
+  // what that waits for in turn, here.)
   for (worker_state* w : place_.workers())
-    if (w->blocked > 0)
-      for (task_spec* t : place_.producers_to_lend(*w)) send_task(link(w->slot), *t);
+    if (w->blocked > 0) {
+      std::vector<task_spec*> ahead_producers;
+      auto lend = place_.producers_to_lend(*w, ahead_ > 0 ? &ahead_producers : nullptr);
+      if (!ahead_producers.empty()) {
+        for (task_spec* t : ahead_producers) take_back(*t);
+        lend = place_.producers_to_lend(*w, nullptr);
+      }
+      for (task_spec* t : lend) send_task(link(w->slot), *t);
+    }
+  // Tasks sent ahead came before any in the ready queue: idle workers take them first.
+  if (ahead_ > 0) steal_for_idle();
   // In order, except that a task waiting for resources (GPUs, custom ones, more
   // CPUs) lets later tasks pass, and so does one that may not nest on a blocked
   // worker. A default task that cannot go otherwise means no later one can
@@ -359,7 +369,6 @@ void scheduler::dispatch() {
     if (!send_task(link(w->slot), *t, true, ahead)) ++i;  // (sent, it leaves the ready queue; an argument being read back: it stays)
   }
   if (starved) balance_extra_workers(true);
-  if (ahead_ > 0) steal_for_idle();
 }
 
 bool scheduler::send_task(worker_link& w, task_spec& t, bool may_defer, bool ahead) {
@@ -387,9 +396,9 @@ bool scheduler::send_task(worker_link& w, task_spec& t, bool may_defer, bool ahe
   }
   const bool was_waiting = w.place.in_flight.empty() ||
                            w.place.blocked == static_cast<int>(w.place.in_flight.size());
+  t.sent_seq = ++sent_seq_;  // (before mark_ahead: the number of this sending)
   if (ahead && !mark_ahead(w, t)) ahead = false;  // (placement saw a free word: never, but then it is only queued)
   t.worker = w.slot;
-  t.sent_seq = ++sent_seq_;
   place_.sent(w.place, t);
   if (t.options().max_calls > 0 && !t.actor && ++w.limited_calls[t.fn->id] >= t.options().max_calls) {
     w.retiring = true;  // this is the last call it gets: replaced once idle (on_task_done)
@@ -432,7 +441,7 @@ bool scheduler::send_task(worker_link& w, task_spec& t, bool may_defer, bool ahe
   // tasks can ride with the flush that follows. An idle worker needs them now.
   send_to(w,
           ipc::run_task{t.key, t.fn->id, t.mode, concurrency, t.options().name, send_ids_, t.grant, grant_size,
-                        ahead, gpus, send_args_},
+                        ahead, ahead ? t.sent_seq : 0, gpus, send_args_},
           was_waiting || ahead);  // (ahead: it must be there before the running task ends)
   return true;
 }

@@ -329,7 +329,11 @@ class scheduler {
   void steal_for_idle();
   /// `w` waits in get: what was sent ahead to it goes back (it would run
   /// nested above the waiting task, holding it up once its objects come).
-  void take_back_from(worker_link& w);
+  /// @returns whether any did.
+  bool take_back_from(worker_link& w);
+  /// A request for room waits for readers: tasks sent ahead that pin stored
+  /// arguments while they wait behind another let them go.
+  void take_back_pinning();
   /// A task waits for `ids`: their producers sent ahead to other workers come
   /// back, to run on the waiting one's lent CPU or on a free worker.
   void take_back_awaited(std::span<const object_id> ids);
