@@ -226,6 +226,7 @@ int start_node(const cluster_options& o, const std::vector<std::string>& command
       if (fd != failed[1]) ::close(fd);
     ::setenv("MANTA_NODE", address.c_str(), 1);
     ::setenv("MANTA_TOKEN_FILE", token_file.c_str(), 1);
+    ::setenv("MANTA_LOG_DIR", o.log_dir.c_str(), 1);  // its runtime's worker logs, spill file and socket too
     ::unsetenv("MANTA_ADDRESS");
     if (num_workers > 0) ::setenv("MANTA_NUM_WORKERS", std::to_string(num_workers).c_str(), 1);
     std::vector<char*> argv;

@@ -25,7 +25,7 @@ using nlohmann::json;
 
 struct target {
   std::string address;  ///< a socket path, or a driver's pid
-  std::string log_dir = manta::observe::default_log_dir;
+  std::string log_dir = manta::observe::default_log_dir();
 };
 
 /// The socket to ask: --address (a path or a pid), else the only runtime in log_dir.
@@ -287,7 +287,7 @@ int main(int argc, char** argv) {
   dashboard->add_option("--chart-js", board.chart_js, "Chart.js to serve")->capture_default_str();
 
   manta::tools::cluster_options cluster;
-  cluster.log_dir = manta::observe::default_log_dir;
+  cluster.log_dir = manta::observe::default_log_dir();
   status->add_option("--token-file", cluster.token_file, "a cluster's token (default: MANTA_TOKEN_FILE, or <log-dir>/cluster.token)");
   bool head_role = false;
   int node_workers = 0;

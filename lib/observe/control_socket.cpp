@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
@@ -279,6 +280,11 @@ std::string ask(const std::string& socket, const std::string& request, int timeo
   if (!sent) throw std::runtime_error("manta: could not send to the runtime at " + socket);
   if (reply.empty()) throw std::runtime_error("manta: the runtime at " + socket + " closed without answering");
   return reply;
+}
+
+std::string default_log_dir() {
+  const char* dir = std::getenv("MANTA_LOG_DIR");
+  return dir && *dir ? dir : "/tmp/manta";
 }
 
 }  // namespace manta::observe

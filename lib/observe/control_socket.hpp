@@ -78,7 +78,8 @@ std::vector<runtime_address> find_runtimes(const std::string& log_dir);
 /// @throws std::runtime_error saying what failed (no such runtime, no answer in time)
 std::string ask(const std::string& socket, const std::string& request, int timeout_ms = 10000);
 
-/// Where runtimes put logs and sockets when options.log_dir is empty.
-inline constexpr const char* default_log_dir = "/tmp/manta";
+/// Where runtimes put logs, spilled objects and sockets when options.log_dir
+/// is empty, and where the tools look: MANTA_LOG_DIR if set, else /tmp/manta.
+std::string default_log_dir();
 
 }  // namespace manta::observe

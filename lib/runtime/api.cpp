@@ -115,7 +115,7 @@ cluster_role role_of(const options& opts) {
 /// Where the ranks of a launch meet: MANTA_LAUNCH_DIR, else the log_dir (private, made if missing).
 std::string launch_dir(const options& opts) {
   if (const char* v = std::getenv("MANTA_LAUNCH_DIR"); v && *v) return v;
-  const std::string dir = opts.log_dir.empty() ? std::string(observe::default_log_dir) : opts.log_dir;
+  const std::string dir = opts.log_dir.empty() ? observe::default_log_dir() : opts.log_dir;
   std::error_code ec;
   if (std::filesystem::create_directories(dir, ec))
     std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
@@ -124,7 +124,7 @@ std::string launch_dir(const options& opts) {
 
 /// The token a member proves: options.log_dir's (or MANTA_TOKEN_FILE).
 std::string cluster_token(const options& opts) {
-  const std::string dir = opts.log_dir.empty() ? std::string(observe::default_log_dir) : opts.log_dir;
+  const std::string dir = opts.log_dir.empty() ? observe::default_log_dir() : opts.log_dir;
   try {
     return bridge::read_token_file(bridge::default_token_file(dir));
   } catch (const bridge::token_error& e) {

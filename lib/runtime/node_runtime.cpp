@@ -135,7 +135,7 @@ node_runtime::node_runtime(const options& opts)
     : opts_(opts),
       epoch_(process::new_epoch()),
       pid_(::getpid()),
-      log_dir_(opts.log_dir.empty() ? std::string(observe::default_log_dir) : opts.log_dir) {
+      log_dir_(opts.log_dir.empty() ? observe::default_log_dir() : opts.log_dir) {
   // MANTA_NUM_WORKERS (manta start --num-workers) stands in for an options.num_workers left at 0.
   const char* env_workers = std::getenv("MANTA_NUM_WORKERS");
   const int from_env = env_workers ? std::atoi(env_workers) : 0;
