@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bridge/membership.hpp"
+#include "bridge/socket_io.hpp"
 #include "observe/control_socket.hpp"
 #include "bridge/token.hpp"
 
@@ -117,6 +118,9 @@ int start_head(const cluster_options& o) {
   // The head runs from "/": its files are named whole.
   const std::string tls_cert = o.tls_cert.empty() ? "" : std::filesystem::absolute(o.tls_cert).string();
   const std::string tls_key = o.tls_key.empty() ? "" : std::filesystem::absolute(o.tls_key).string();
+  if (tls_cert.empty())
+    if (const std::string warning = bridge::plain_tcp_warning(o.bind); !warning.empty())
+      std::fprintf(stderr, "%s\n", warning.c_str());
   int ready[2];
   if (::pipe(ready) != 0) throw std::runtime_error("pipe failed");
   std::fflush(nullptr);

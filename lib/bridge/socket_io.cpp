@@ -156,6 +156,17 @@ int connect_to(const std::string& host, unsigned short port, std::chrono::millis
   throw io_error("manta bridge: cannot connect to " + where + ": " + last);
 }
 
+std::string plain_tcp_warning(const std::string& bind_address) {
+  boost::system::error_code ec;
+  const auto address = boost::asio::ip::make_address(bind_address, ec);
+  if (!ec && address.is_loopback()) return {};
+  return "manta: warning: the head listens on " + bind_address +
+         ", where other machines can reach it, in plain TCP: the token authenticates only the "
+         "handshake, and the tasks, arguments and results after it cross the network unencrypted and "
+         "unauthenticated (anyone on the path can read or change them). Give the head --tls-cert and "
+         "--tls-key (MANTA_TLS_CERT and MANTA_TLS_KEY under srun or mpirun) to use TLS.";
+}
+
 int listen_on(const std::string& bind_address, unsigned short& port) {
   boost::system::error_code ec;
   auto address = boost::asio::ip::make_address(bind_address, ec);

@@ -46,5 +46,8 @@ int connect_to(const std::string& host, unsigned short port, std::chrono::millis
 /// A listening TCP socket on `bind_address`:`port` (0: any free port); sets
 /// `port` to the one bound. @throws std::system_error naming the address
 int listen_on(const std::string& bind_address, unsigned short& port);
+/// What to tell a user whose head listens on `bind_address` in plain TCP
+/// while other machines can reach it (any address but a loopback one), or "".
+std::string plain_tcp_warning(const std::string& bind_address);
 
 }  // namespace manta::bridge

@@ -1575,6 +1575,8 @@ launch_head::launch_head(const launch& l, const std::string& dir)
     throw usage_error("manta: under " + l.launcher + ", MANTA_TLS_CERT and MANTA_TLS_KEY go together (one is unset)");
   std::shared_ptr<bridge::tls_context> tls;
   if (!cert.empty()) tls = bridge::tls_context::for_head(cert, key);
+  if (!tls)
+    if (const std::string warning = bridge::plain_tcp_warning(bind); !warning.empty()) MANTA_WARN << warning;
   head_ = std::make_unique<bridge::head>(bridge::head::config{.bind = bind, .token = token_, .tls = tls});
   const std::string host = bind == "0.0.0.0" || bind == "::" ? host_name() : bind;
   address_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(head_->port());
