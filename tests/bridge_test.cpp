@@ -826,6 +826,35 @@ TEST(bridge_cli, manta_start_head_status_and_stop_leave_nothing_behind) {
   std::filesystem::remove_all(dir);
 }
 
+// After its head was SIGKILLed, `manta stop` said only "Connection refused"
+// and left head.address and cluster.token behind (issue 31): it says the
+// recorded head is gone and removes them; a new head starts after it.
+TEST(bridge_cli, stop_after_the_head_was_killed_says_so_and_cleans_up) {
+  std::string dir = manta::testing::temp_path("cluster-killed");
+  std::string cli = MANTA_CLI_PATH;
+  std::string started = sh(cli + " start --head --log-dir " + dir);
+  std::string address;
+  int head_pid = 0;
+  {
+    std::ifstream in(dir + "/head.address");
+    in >> address >> head_pid;
+  }
+  ASSERT_GT(head_pid, 0) << started;
+  ::kill(head_pid, SIGKILL);
+  ASSERT_TRUE(manta::testing::eventually([&] { return !manta::testing::alive(head_pid); }));
+  std::string stopped = sh(cli + " stop --log-dir " + dir);
+  EXPECT_NE(stopped.find("the head recorded in " + dir + " (pid " + std::to_string(head_pid) + ", " + address +
+                         ") is gone"),
+            std::string::npos)
+      << stopped;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/head.address"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/cluster.token"));
+  std::string again = sh(cli + " start --head --log-dir " + dir);
+  EXPECT_NE(again.find("address: 127.0.0.1:"), std::string::npos) << again;
+  EXPECT_NE(sh(cli + " stop --log-dir " + dir).find("stopped the cluster"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 // A head other machines can reach in plain TCP was started without a word
 // (issue 31): the token proves only the handshake, and what follows crosses
 // the network in the clear. It says so, loudly; on loopback it says nothing.

@@ -275,6 +275,19 @@ int start_node(const cluster_options& o, const std::vector<std::string>& command
 
 int stop_cluster(const cluster_options& o) {
   auto [address, pid] = head_of(o);
+  if (pid > 0 && !running(pid)) {
+    // Recorded here, and gone without `manta stop` (killed, or its machine
+    // rebooted): asking it would say only "connection refused". Its files go.
+    const auto [recorded, recorded_pid] = recorded_head(o);
+    if (recorded_pid == pid) {
+      std::remove(address_file(o).c_str());
+      if (o.token_file.empty()) std::remove(token_path(o).c_str());
+    }
+    std::printf("the head recorded in %s (pid %d, %s) is gone: it ended without manta stop; removed its "
+                "head.address%s (its nodes end on their own once they miss it)\n",
+                o.log_dir.c_str(), static_cast<int>(pid), address.c_str(), o.token_file.empty() ? " and cluster.token" : "");
+    return 0;
+  }
   std::string token = bridge::read_token_file(token_path(o));
   bridge::ask_head(address, token, "stop");
   // The head exits once its nodes were told; wait for it when we know its pid.
