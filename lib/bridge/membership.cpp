@@ -19,9 +19,11 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <cstring>
+#include <stdexcept>
 #include <system_error>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +34,18 @@
 #include "bridge/wire.hpp"
 
 namespace manta::bridge {
+
+std::chrono::milliseconds silence_limit() {
+  const char* text = std::getenv("MANTA_SILENCE_LIMIT_S");
+  if (!text || !*text) return std::chrono::seconds(30);
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(seconds >= 1) || seconds > 86400)
+    throw std::invalid_argument(std::string("manta: MANTA_SILENCE_LIMIT_S=") + text +
+                                " is not a number of seconds from 1 to 86400 (how long a silent peer is waited for)");
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+}
+
 
 using nlohmann::json;
 
@@ -1931,8 +1945,8 @@ void node_link::run() {
         }
         // Frames that came together are handed on together, once no whole one is left.
         if (!batch.empty() && !in.has_frame() && on_frames_) on_frames_(std::exchange(batch, {}));
-      } else if (io_clock::now() - last_heard > lost_after) {
-        why = "the head was lost (no heartbeat for " + std::to_string(lost_after.count()) + " ms)";
+      } else if (io_clock::now() - last_heard > silence_limit_) {
+        why = "the head was lost (no heartbeat for " + std::to_string(silence_limit_.count()) + " ms)";
         break;
       }
     }

@@ -35,8 +35,12 @@
 namespace manta::bridge {
 
 inline constexpr std::chrono::milliseconds heartbeat_every{500};
-/// Five heartbeats missed: a node (or the head) is lost well within 3 s.
-inline constexpr std::chrono::milliseconds lost_after{2500};
+/// How long a silent peer (no frame, no heartbeat) is waited for before it is
+/// lost: MANTA_SILENCE_LIMIT_S seconds (at least 1), else 30 s, as Ray's
+/// health checks (a closed connection is a loss at once, whatever this says).
+/// Long enough for a driver paused in a debugger to come back.
+/// @throws std::invalid_argument naming the variable if it is not such a number
+std::chrono::milliseconds silence_limit();
 
 /// Work lost with its node (an actor to start again, a task to run again)
 /// waits this long for a node that can take it to join (the same node
@@ -80,7 +84,7 @@ class head {
     std::string token;
     /// TLS on every connection (bridge/tls), when set.
     std::shared_ptr<tls_context> tls;
-    std::chrono::milliseconds lost_after = bridge::lost_after;
+    std::chrono::milliseconds lost_after = silence_limit();
     /// How long work lost with its node waits for a node that has what it
     /// asks, when no alive one has (0: it fails at once).
     std::chrono::milliseconds node_wait = bridge::node_wait;
@@ -380,6 +384,7 @@ class node_link {
   std::string id_;
   std::function<void(const std::string&)> on_end_;
   std::function<void(std::vector<frame>&&)> on_frames_;
+  const std::chrono::milliseconds silence_limit_ = silence_limit();  ///< the head's silence that loses it
   std::thread thread_;
 };
 
