@@ -718,6 +718,16 @@ TEST(bridge_membership, a_wrong_token_or_another_binary_is_refused_and_named) {
   } catch (const join_error& e) {
     EXPECT_NE(std::string(e.what()).find("binary differs"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("'g'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("refused this node:"), std::string::npos) << e.what();
+  }
+  // A driver from another binary is told it is the driver (it was told "this node").
+  try {
+    node_info driver = a_node({"f", "h"});
+    driver.role = "driver";
+    node_link other(at(h), token, driver, nullptr);
+    FAIL();
+  } catch (const join_error& e) {
+    EXPECT_NE(std::string(e.what()).find("the head refused this driver: "), std::string::npos) << e.what();
   }
   EXPECT_EQ(h.nodes().size(), 1u);
   EXPECT_THROW(ask_head(at(h), "a-wrong-token-of-enough-length", "status"), join_error);
@@ -886,6 +896,22 @@ TEST(bridge_cli, stop_after_the_head_was_killed_says_so_and_cleans_up) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/cluster.token"));
   std::string again = sh(cli + " start --head --log-dir " + dir);
   EXPECT_NE(again.find("address: 127.0.0.1:"), std::string::npos) << again;
+  EXPECT_NE(sh(cli + " stop --log-dir " + dir).find("stopped the cluster"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+// A program started as a node that exits before it joins (another binary
+// than the cluster's, no token...) was reported as only "exited before it
+// joined": the reason its log holds is printed too (issue 31).
+TEST(bridge_cli, a_node_that_exits_before_joining_says_why) {
+  std::string dir = manta::testing::temp_path("cluster-early-exit");
+  std::string cli = MANTA_CLI_PATH;
+  std::string started = sh(cli + " start --head --log-dir " + dir);
+  ASSERT_NE(started.find("address: 127.0.0.1:"), std::string::npos) << started;
+  std::string failed = sh(cli + " start --log-dir " + dir +
+                          " -- /bin/sh -c 'echo \"manta: the head refused this node: it registers x\" >&2; exit 1'");
+  EXPECT_NE(failed.find("exited before it joined:"), std::string::npos) << failed;
+  EXPECT_NE(failed.find("manta: the head refused this node: it registers x"), std::string::npos) << failed;
   EXPECT_NE(sh(cli + " stop --log-dir " + dir).find("stopped the cluster"), std::string::npos);
   std::filesystem::remove_all(dir);
 }

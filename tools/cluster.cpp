@@ -18,6 +18,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -82,6 +83,18 @@ void write_file(const std::string& path, const std::string& text) {
     ::unlink(fresh.c_str());
     throw std::runtime_error("cannot write " + path);
   }
+}
+
+/// The last `n` lines of the file at `path` that are not empty, or "".
+std::string last_lines(const std::string& path, std::size_t n) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) lines.push_back(line);
+  std::string out;
+  for (std::size_t i = lines.size() > n ? lines.size() - n : 0; i < lines.size(); ++i) out += "  " + lines[i] + "\n";
+  if (!out.empty()) out.pop_back();
+  return out;
 }
 
 /// Removes `path` only if it still holds `text` (a later head may have written its own).
@@ -262,8 +275,12 @@ int start_node(const cluster_options& o, const std::vector<std::string>& command
         return 0;
       }
     int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid)
-      throw std::runtime_error(command[0] + " exited before it joined (see " + log_path + ")");
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      // Why is in its log (the head refused it: another binary; no token...).
+      const std::string why = last_lines(log_path, 3);
+      throw std::runtime_error(command[0] + " exited before it joined" + (why.empty() ? "" : ":\n" + why) +
+                               "\n(log: " + log_path + ")");
+    }
     if (std::chrono::steady_clock::now() > until) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, nullptr, 0);

@@ -1831,7 +1831,9 @@ node_link::node_link(const std::string& address, const std::string& token, node_
     send_all(fd_, encode(frame_type::join, j.dump()), until);
     frame f;
     if (receive(fd_, in_, until, f) != receive_status::frame) throw join_error("manta: the head did not answer the join");
-    if (f.type == frame_type::refused) throw join_error("manta: the head refused this node: " + f.body);
+    if (f.type == frame_type::refused)  // (a driver is told it is the driver: it joins under the role "driver")
+      throw join_error("manta: the head refused this " + std::string(info.role == "driver" ? "driver" : "node") + ": " +
+                       f.body);
     if (f.type == frame_type::stop) throw join_error("manta: the cluster is stopping: " + f.body);
     if (f.type != frame_type::joined) throw join_error("manta: the head answered the join with something else");
     id_ = f.body;
