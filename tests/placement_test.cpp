@@ -406,4 +406,31 @@ TEST_F(placement_fixture, a_task_goes_ahead_behind_the_task_expected_to_end_firs
   place.finished(workers[1], *timed);
 }
 
+// Statistics are kept per task name too: the Python front runs every Python
+// function through one registered function, which it names per task. One of
+// them that waits in get kept the others from going ahead, and their run
+// times were averaged together.
+TEST_F(placement_fixture, tasks_of_one_function_under_other_names_keep_their_own_statistics) {
+  std::atomic<std::uint64_t> words0[2]{}, words1[2]{};
+  workers[0].ahead = words0;
+  workers[1].ahead = words1;
+  auto named = [&](const char* name) {
+    task_spec* t = task();
+    detail::task_options o;
+    o.name = name;
+    t->profile = new task_profile(o, {1.0, 0, {}});
+    return t;
+  };
+  task_spec* waits = named("parent");
+  task_spec* quick = named("work");
+  place.note_blocks(*waits);  // "parent" waits in get
+  place.record(*quick, 2'000'000, 8);  // "work": 2 ms
+  send(workers[0], quick);
+  send(workers[1], named("work"));
+  EXPECT_NE(place.pick_ahead(*named("work")), nullptr);  // not held back by "parent"
+  EXPECT_EQ(place.pick_ahead(*named("parent")), nullptr);
+  for (auto& w : workers)
+    while (!w.in_flight.empty()) place.finished(w, *w.in_flight.front());
+}
+
 }  // namespace

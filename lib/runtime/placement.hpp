@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <manta/serialization.hpp>
+
 #include "runtime/directory.hpp"
 #include "runtime/resources.hpp"
 #include "runtime/task_graph.hpp"
@@ -132,9 +134,13 @@ class placement {
   void lost(worker_state& w);
 
   // ---- what placement learns from finished tasks
-  /// Statistics are kept per function and call mode.
+  /// Statistics are kept per function, call mode and task name: the Python
+  /// front runs every Python function through one registered function, named
+  /// by the task (one Python function that waits in get kept every other from
+  /// being pipelined or sent ahead, and their run times were averaged together).
   static std::uint64_t stats_key(const task_spec& t) {
-    return t.fn->id ^ (static_cast<std::uint64_t>(t.mode) << 62);
+    const std::string& name = t.options().name;
+    return t.fn->id ^ (static_cast<std::uint64_t>(t.mode) << 62) ^ (name.empty() ? 0 : detail::fnv1a(name) >> 2);
   }
   void record(const task_spec& t, std::uint64_t ns, std::uint64_t result_bytes);
   /// Its tasks wait in get/wait: never queue them behind others (a blocked worker
