@@ -9,7 +9,8 @@
 #include <future>
 #include <string>
 
-#include "bridge/membership.hpp"
+#include "bridge/head.hpp"
+#include "bridge/node_link.hpp"
 
 int main(int argc, char** argv) {
   using namespace manta::bridge;

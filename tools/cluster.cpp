@@ -22,7 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bridge/membership.hpp"
+#include "bridge/head.hpp"
+#include "bridge/node_link.hpp"
 #include "bridge/socket_io.hpp"
 #include "observe/control_socket.hpp"
 #include "bridge/token.hpp"

@@ -29,7 +29,8 @@
 #include <manta/detail/task_request.hpp>
 #include <manta/nodes.hpp>
 
-#include "bridge/membership.hpp"
+#include "bridge/head.hpp"
+#include "bridge/node_link.hpp"
 #include "bridge/task_wire.hpp"
 #include "ipc/failure.hpp"
 

@@ -1,0 +1,79 @@
+// bridge/head.hpp: the cluster's head on the network. It listens, proves each
+// peer's token (bridge/auth, over TLS when configured), and serves the
+// members that join: what they send goes to the head's state
+// (bridge/head_state.hpp, free of sockets), and the frames it returns go out
+// through each peer's own write queue. A tool's connection asks for the node
+// table, or stops the cluster (every member is told).
+//
+// Threads: one accepting, one watching for silence, and one reading per
+// connection (a cluster has tens of nodes, not thousands), each with a
+// deadline; each connection also writes from a thread of its own, so no
+// thread of the head ever waits on a slow peer. The state is under one mutex,
+// and frames are queued under it: frames for one peer go in the order made.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bridge/head_state.hpp"
+#include "bridge/tls.hpp"
+
+namespace manta::bridge {
+
+class head {
+ public:
+  struct config {
+    std::string bind = "127.0.0.1";  ///< loopback unless told otherwise
+    unsigned short port = 0;         ///< 0: any free port
+    std::string token;
+    /// TLS on every connection (bridge/tls), when set.
+    std::shared_ptr<tls_context> tls;
+    std::chrono::milliseconds lost_after = silence_limit();
+    /// How long work lost with its node waits for a node that has what it
+    /// asks, when no alive one has (0: it fails at once).
+    std::chrono::milliseconds node_wait = bridge::node_wait;
+    /// Called (on a head thread) when a tool asks to stop the cluster, after
+    /// every node was told.
+    std::function<void()> on_stop_request;
+  };
+
+  /// Listens and serves. @throws std::system_error if it cannot listen.
+  explicit head(config c);
+  /// Tells every node to stop, then closes every connection.
+  ~head();
+  head(const head&) = delete;
+  head& operator=(const head&) = delete;
+
+  unsigned short port() const noexcept { return port_; }
+  std::vector<node_state> nodes() const;
+  /// The node table as JSON (what `status_reply` carries).
+  std::string nodes_json() const;
+  /// Tells every node to stop.
+  void stop_cluster();
+
+ private:
+  struct connection;
+  void accept_loop();
+  void serve(std::shared_ptr<connection> c);
+  void watch_heartbeats();
+  /// Queues each frame on its member's connection (mu_ held).
+  void send_all_of(std::vector<head_state::outgoing>& out);
+
+  config cfg_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  unsigned short port_ = 0;
+  std::atomic<bool> stopping_{false};
+  mutable std::mutex mu_;  // state_, connections_
+  head_state state_;
+  std::vector<std::shared_ptr<connection>> connections_;  ///< every open one, joined or not
+  std::thread acceptor_, watcher_;
+};
+
+}  // namespace manta::bridge
