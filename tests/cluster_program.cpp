@@ -42,6 +42,14 @@ double sum_on(std::span<const double> xs) { return std::accumulate(xs.begin(), x
 std::vector<double> big_from(int n) { return std::vector<double>(static_cast<std::size_t>(n), 0.25); }
 int fail_on(int) { throw std::runtime_error("thrown on a node"); }
 int add_one(int x) { return x + 1; }
+
+/// What a task sees of the cluster: {nodes listed, nodes listed once each, the cluster's "special"}.
+std::vector<double> cluster_seen() {
+  auto listed = manta::nodes();
+  std::set<std::string> ids;
+  for (const auto& n : listed) ids.insert(n.id);
+  return {static_cast<double>(listed.size()), static_cast<double>(ids.size()), manta::cluster_resources()["special"]};
+}
 std::vector<char> eight_mib(int i) { return std::vector<char>(std::size_t{8} << 20, static_cast<char>(i)); }
 /// Leaves a mark naming its node, then sleeps: the driver knows whom to kill.
 int slow_where(int ms) {
@@ -436,7 +444,7 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              fan, echo_handles, kill_it, start_named, nap_marked_where, absorb_through, add_where, count_through,
              actors_back, actor_in_a_ref, local_actor, actor_via_rare, mixed_args, made_long,
              count_made_here, fill, fill_long, count_up, queue_across, fail_after, add_after_lost, add_after_cancel,
-             count_unread, eight_mib);
+             count_unread, eight_mib, cluster_seen);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
@@ -551,6 +559,17 @@ void basic() {
   check(manta::cluster_resources()["special"] == 2 &&
             manta::cluster_resources()["CPU"] == listed[0].resources["CPU"] + listed[1].resources["CPU"],
         "cluster_resources() adds the nodes up");
+  {  // ...seen alike from a task here and from one on the other node (issue 31, defect 3).
+    const std::vector<double> driver_sees{static_cast<double>(listed.size()), static_cast<double>(listed.size()), 2};
+    auto here = manta::get(manta::task(cluster_seen).remote(), std::chrono::seconds(30));
+    check(here == driver_sees, "a task on the driver's node sees the whole cluster: " + std::to_string(here[0]) +
+                                   " nodes, special " + std::to_string(here[2]));
+    // A node's table is the head's (nodes, not drivers): it lists itself once, and every node's resources.
+    auto there = manta::get(manta::task(cluster_seen).resources(on_special).remote(), std::chrono::seconds(30));
+    check(there[0] == listed.size() - 1 && there[1] == there[0] && there[2] == 2,
+          "a task on another node sees every node of the cluster, itself once: " + std::to_string(there[0]) +
+              " nodes (" + std::to_string(there[1]) + " distinct), special " + std::to_string(there[2]));
+  }
   // Left running at shutdown: a remote task, and one waiting for it (shutdown must not trip on them).
   auto running = manta::task(nap_where).resources(on_special).remote(300);
   auto waiting = manta::task(add_one).resources(on_special).remote(running);

@@ -223,6 +223,17 @@ TEST(messages, small_messages_round_trip) {
     auto r = f.reader();
     EXPECT_TRUE(resources_request::read(r).available);
   }
+  {
+    framed f(nodes_reply{5, {{"node-1", "10.0.0.2:4000", {{"CPU", 8}, {"special", 1}}, false}, {"n2", "", {}, true}}});
+    auto r = f.reader();
+    auto back = nodes_reply::read(r);
+    EXPECT_EQ(back.request, 5u);
+    ASSERT_EQ(back.nodes.size(), 2u);
+    EXPECT_EQ(back.nodes[0].address, "10.0.0.2:4000");
+    EXPECT_EQ(back.nodes[0].resources.at("special"), 1);
+    EXPECT_FALSE(back.nodes[0].alive);
+    EXPECT_TRUE(back.nodes[1].alive);
+  }
 }
 
 TEST(messages, long_id_lists_are_split_across_frames) {

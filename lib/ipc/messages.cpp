@@ -241,6 +241,40 @@ resources_reply resources_reply::read(frame_reader& r) {
   return m;
 }
 
+void nodes_reply::write(frame_writer& w) const {
+  w.put(request);
+  w.put(static_cast<std::uint32_t>(nodes.size()));
+  for (const auto& n : nodes) {
+    w.string(n.id);
+    w.string(n.address);
+    w.put(static_cast<std::uint8_t>(n.alive));
+    w.put(static_cast<std::uint32_t>(n.resources.size()));
+    for (const auto& [name, amount] : n.resources) {
+      w.string(name);
+      w.put(amount);
+    }
+  }
+}
+
+nodes_reply nodes_reply::read(frame_reader& r) {
+  nodes_reply m;
+  m.request = r.get<std::uint64_t>();
+  auto n = r.count(3 * sizeof(std::uint32_t) + 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    node row;
+    row.id = r.string();
+    row.address = r.string();
+    row.alive = r.get<std::uint8_t>() != 0;
+    auto k = r.count(sizeof(std::uint32_t) + sizeof(double));
+    for (std::size_t j = 0; j < k; ++j) {
+      std::string name = r.string();
+      row.resources[name] = r.get<double>();
+    }
+    m.nodes.push_back(std::move(row));
+  }
+  return m;
+}
+
 // ---- worker -> driver
 
 void task_done::write(frame_writer& w) const {

@@ -28,6 +28,7 @@ enum class msg : std::uint16_t {
   alloc_reply = 3,
   actor_reply = 4,
   resources_reply = 5,
+  nodes_reply = 6,
   // worker -> driver
   task_done = 16,
   submit = 17,
@@ -43,6 +44,7 @@ enum class msg : std::uint16_t {
   kill_actor = 27,
   resources_request = 28,
   cancel = 29,
+  nodes_request = 30,
 };
 
 inline constexpr std::uint64_t no_offset = ~std::uint64_t{0};
@@ -136,6 +138,21 @@ struct resources_reply {
   std::map<std::string, double> amounts;
   void write(frame_writer& w) const;
   static resources_reply read(frame_reader& r);
+};
+
+/// The answer to nodes_request: the other nodes of the driver's cluster, as
+/// its driver last heard of them (none on one machine).
+struct nodes_reply {
+  static constexpr msg type = msg::nodes_reply;
+  struct node {
+    std::string id, address;
+    std::map<std::string, double> resources;
+    bool alive = true;
+  };
+  std::uint64_t request = 0;
+  std::vector<node> nodes;
+  void write(frame_writer& w) const;
+  static nodes_reply read(frame_reader& r);
 };
 
 // ---- worker -> driver
@@ -264,6 +281,14 @@ struct resources_request {
   bool available = false;
   void write(frame_writer& w) const;
   static resources_request read(frame_reader& r);
+};
+
+/// A task asks for the cluster's other nodes (nodes(), cluster_resources()).
+struct nodes_request {
+  static constexpr msg type = msg::nodes_request;
+  std::uint64_t request = 0;
+  void write(frame_writer& w) const { w.put(request); }
+  static nodes_request read(frame_reader& r) { return {r.get<std::uint64_t>()}; }
 };
 
 /// Appends `m` as one frame. @throws frame_too_large (nothing is appended).

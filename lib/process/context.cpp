@@ -261,10 +261,12 @@ std::map<std::string, double> node_resources(bool available_only) {
   context_use use;
   process::process_context& c = require_context(available_only ? "available_resources" : "cluster_resources");
   std::map<std::string, double> all = c.resources(available_only);
-  if (!available_only)  // the cluster's other nodes, while alive
+  if (!available_only) {  // the cluster's other nodes, while alive (a node's table lists it too)
+    const std::string self = manta::node_id();
     for (const auto& n : c.cluster_nodes())
-      if (n.alive)
+      if (n.alive && n.id != self)
         for (const auto& [name, amount] : n.resources) all[name] += amount;
+  }
   return all;
 }
 
@@ -355,7 +357,8 @@ std::vector<node_info> nodes() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "localhost");
   std::vector<node_info> all{node_info{node_id(), host, c.resources(false), true}};
-  for (auto& n : c.cluster_nodes()) all.push_back(std::move(n));
+  for (auto& n : c.cluster_nodes())  // (a node of a cluster is in the table it hears: listed once)
+    if (n.id != all.front().id) all.push_back(std::move(n));
   return all;
 }
 }  // namespace manta

@@ -360,6 +360,12 @@ void worker_context::handle(const ipc::frame& f) {
       actor_replies_[m.request] = {m.id, std::string(m.error)};
       break;
     }
+    case ipc::msg::nodes_reply: {
+      auto m = ipc::nodes_reply::read(r);
+      auto& rows = nodes_replies_[m.request];
+      for (auto& n : m.nodes) rows.push_back({std::move(n.id), std::move(n.address), std::move(n.resources), n.alive});
+      break;
+    }
     case ipc::msg::resources_reply: {
       auto m = ipc::resources_reply::read(r);
       resources_replies_[m.request] = std::move(m.amounts);
@@ -460,6 +466,11 @@ ref_node* worker_context::find_actor(const std::string& name, std::uint64_t clas
 std::map<std::string, double> worker_context::resources(bool available_only) {
   lock_t lock(mu_);
   return request(lock, ipc::resources_request{0, available_only}, resources_replies_);
+}
+
+std::vector<node_info> worker_context::cluster_nodes() {
+  lock_t lock(mu_);
+  return request(lock, ipc::nodes_request{}, nodes_replies_);
 }
 
 void worker_context::kill_actor(ref_node* node) {

@@ -56,6 +56,7 @@ class worker_context final : public process_context {
   void cancel_producer(detail::ref_node* node) override;
   std::vector<int> gpu_ids() override;
   std::map<std::string, double> resources(bool available_only) override;
+  std::vector<node_info> cluster_nodes() override;
   std::size_t worker_count() const noexcept override { return cfg_.num_workers; }
   std::uint32_t epoch() const noexcept override { return cfg_.epoch; }
   bool is_worker() const noexcept override { return true; }
@@ -193,6 +194,7 @@ class worker_context final : public process_context {
   std::unordered_map<std::uint64_t, std::pair<std::uint64_t, std::string>> alloc_replies_;  ///< offset, why none
   std::unordered_map<std::uint64_t, std::pair<object_id, std::string>> actor_replies_;
   std::unordered_map<std::uint64_t, std::map<std::string, double>> resources_replies_;
+  std::unordered_map<std::uint64_t, std::vector<node_info>> nodes_replies_;
   std::deque<std::string> runnable_;  ///< run_task bodies not started yet, in arrival order
   std::chrono::steady_clock::time_point unflushed_since_{};
   std::vector<int> gpu_ids_;

@@ -94,6 +94,13 @@ void scheduler::handle_message(worker_link& w, const ipc::frame& f) {
       send_to(w, ipc::resources_reply{m.request, resources(m.available)}, true);
       break;
     }
+    case ipc::msg::nodes_request: {
+      ipc::nodes_reply reply{ipc::nodes_request::read(r).request, {}};
+      for (auto& n : host_.cluster_nodes())
+        reply.nodes.push_back({std::move(n.id), std::move(n.address), std::move(n.resources), n.alive});
+      send_to(w, reply, true);
+      break;
+    }
     default:
       throw ipc::protocol_error("manta: unknown message type " + std::to_string(f.type));
   }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <manta/detail/introspect.hpp>
+#include <manta/nodes.hpp>
 #include <nlohmann/json_fwd.hpp>
 
 #include "ipc/channel.hpp"
@@ -117,6 +118,9 @@ class scheduler_host {
   /// A named actor of this node was created (a driver of a cluster offers it
   /// there, so the name is known cluster-wide). Never blocks.
   virtual void offer_named(actor_record& a) = 0;
+  /// The other nodes of this runtime's cluster, as it last heard (none
+  /// without one): a task's nodes() and cluster_resources(). Never blocks.
+  virtual std::vector<manta::node_info> cluster_nodes() { return {}; }
   /// Make room for the worker's request by spilling, off the scheduler's lock
   /// (runtime/spiller); answer through scheduler::room_made. Never blocks.
   virtual void make_room(int slot, std::uint64_t generation, std::uint64_t request, std::uint64_t size) = 0;

@@ -324,6 +324,7 @@ struct world {
         s1 = in.byte() % 2 ? "fuzz" : in.bytes(4);
         ipc::append(out, ipc::find_actor{in.u64(1), in.byte() % 2 ? detail::type_tag<fuzz_actor>() : in.u64(), s1});
         ipc::append(out, ipc::resources_request{in.u64(1), in.byte() % 2 != 0});
+        if (in.byte() % 2) ipc::append(out, ipc::nodes_request{in.u64(1)});
         break;
       case 10:
         l1 = pick_ids(in);
