@@ -235,13 +235,22 @@ node_runtime::node_runtime(const options& opts)
     observe::name_runtime_thread("manta-io");  // (names what top -H and perf show)
     io_loop();
   });
-  if (opts_.memory_threshold > 0)
-    monitor_ = std::make_unique<memory_monitor>(opts_.memory_threshold, [this](const memory_usage& m) {
-      process::context_use use;
-      scheduler_lock lock(*this);
-      sched_->kill_for_memory(m, opts_.memory_threshold);
-    });
-  start_arena_warming();
+  try {
+    if (opts_.memory_threshold > 0)
+      monitor_ = std::make_unique<memory_monitor>(opts_.memory_threshold, [this](const memory_usage& m) {
+        process::context_use use;
+        scheduler_lock lock(*this);
+        sched_->kill_for_memory(m, opts_.memory_threshold);
+      });
+    start_arena_warming();
+  } catch (const std::exception& e) {
+    // A thread that cannot start (the machine's thread limit): init fails
+    // saying so, and what started stops (a joinable io_thread_ left behind
+    // would end the program in std::terminate).
+    begin_stop();
+    finish_stop();
+    throw error(std::string("manta: the runtime could not start its threads: ") + e.what());
+  }
   bind_metrics_endpoint();
   if (!socket.empty()) {
     try {
