@@ -135,6 +135,37 @@ TEST(head_state, a_frame_the_head_does_not_keep_counts_against_its_receivers_que
   EXPECT_LE(c.head.held().kept_bytes, max_kept);
 }
 
+// The same for frames the head forgets once sent: a task for one named node,
+// and an actor's call that is never retried (max_task_retries 0).
+TEST(head_state, frames_the_head_forgets_once_sent_count_against_the_queue_and_a_constructor_does_not) {
+  cluster c;
+  auto node = c.join("node");
+  auto driver = c.join("driver");
+  remote_task for_node = a_task(1);
+  for_node.node = node->node_id;
+  c.send(driver, frame_type::run_task, encode_task(for_node));
+  auto sent = c.sent(node, frame_type::run_task);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_FALSE(sent[0].kept);
+  remote_task ctor = a_task(2);
+  ctor.mode = 3;  // detail::call_mode::construct
+  ctor.actor = driver->node_id + "/1";
+  ctor.max_restarts = 1;
+  c.send(driver, frame_type::run_task, encode_task(ctor));
+  sent = c.sent(node, frame_type::run_task);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_TRUE(sent[0].kept) << "a constructor is kept to start the actor again elsewhere";
+  EXPECT_TRUE(c.head.keeps(sent[0].body));
+  remote_task call = a_task(3);
+  call.mode = 4;  // detail::call_mode::method
+  call.actor = ctor.actor;
+  c.send(driver, frame_type::run_task, encode_task(call));
+  sent = c.sent(node, frame_type::run_task);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_FALSE(sent[0].kept);
+  EXPECT_FALSE(c.head.keeps(sent[0].body));
+}
+
 TEST(head_state, a_leaving_driver_leaves_nothing_behind) {
   cluster c;
   auto node = c.join("node");

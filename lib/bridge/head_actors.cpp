@@ -115,8 +115,10 @@ void head_state::restart_on(const std::string& key, placed_actor& a, const membe
   for (auto [id, fresh] : std::exchange(a.held_calls, {})) {
     auto it = routed_.find(id);
     if (it == routed_.end()) continue;  // its driver left, or cancelled it
+    const std::size_t first = out.size();
     forward(it->second, node, out);
     if (fresh) actor_forwarded(id, it->second, it->second.frames.empty() ? nullptr : it->second.frames.front().second);
+    settle_kept(out, first, it->second);
   }
 }
 

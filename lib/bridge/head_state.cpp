@@ -89,7 +89,8 @@ void head_state::lose(member& m, const std::string& why, clock::time_point now, 
   if (m.done) return;
   now_ = now;
   m.done = true;
-  std::erase_if(members_, [&](const member_ptr& x) { return x.get() == &m; });
+  member_ptr held;  // (the caller's reference stays valid while its entry goes)
+  std::erase_if(members_, [&](const member_ptr& x) { return x.get() == &m && (held = x, true); });
   lose_member(m, why, out);
 }
 
@@ -117,6 +118,14 @@ void head_state::stop(std::vector<outgoing>& out) const {
 head_state::sizes head_state::held() const noexcept {
   return {members_.size(),   routed_.size(), actors_.size(), waiting_tasks_.size() + restarting_.size(),
           directory_.size(), kept_bytes_};
+}
+
+bool head_state::keeps(const shared_body& body) const noexcept {
+  auto in = [&](const routed_task& r) {
+    return std::any_of(r.frames.begin(), r.frames.end(), [&](const auto& f) { return f.second == body; });
+  };
+  return std::any_of(routed_.begin(), routed_.end(), [&](const auto& r) { return in(r.second); }) ||
+         std::any_of(actors_.begin(), actors_.end(), [&](const auto& a) { return in(a.second.ctor); });
 }
 
 void head_state::route_frame(const member_ptr& c, bool driver, frame&& f, std::vector<outgoing>& out) {

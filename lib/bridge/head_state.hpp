@@ -148,6 +148,9 @@ class head_state {
     std::uint64_t kept_bytes = 0;
   };
   sizes held() const noexcept;
+  /// Whether `body` is held to send again (a routed task's frame, an actor's
+  /// constructor): what an outgoing frame marked `kept` must be. For checks.
+  bool keeps(const shared_body& body) const noexcept;
   std::chrono::milliseconds lost_after() const noexcept { return settings_.lost_after; }
 
  private:
@@ -316,6 +319,10 @@ class head_state {
   void take_over_handles(const task_outcome& o, const member_ptr& driver, std::vector<outgoing>& out);
   /// Keeps a frame of `t` to send again, while the head keeps less than settings_.max_kept.
   void keep_frame(routed_task& t, frame_type type, const shared_body& body);
+  /// Frames queued as kept from out[from] on that neither `r` nor its actor
+  /// (a constructor's) holds any more are queued as not kept after all: they
+  /// count against their receiver's queue (a frame the head keeps does not).
+  void settle_kept(std::vector<outgoing>& out, std::size_t from, const routed_task& r) const;
   /// Forgets a routed task.
   void drop_route(std::map<std::uint64_t, routed_task>::iterator it);
   /// The node table for every driver.

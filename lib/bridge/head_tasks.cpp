@@ -40,6 +40,7 @@ void head_state::route_task(const member_ptr& driver, std::string&& body, std::v
   auto frame = std::make_shared<const std::string>(std::move(body));
   routed_task& kept = routed_.emplace(id, std::move(r)).first->second;
   keep_frame(kept, frame_type::run_task, frame);
+  const std::size_t first = out.size();
   forward(kept, node, out);
   // Not kept (past max_kept): it counts against the node's queue like any frame.
   if (!kept.keep) out.push_back({node, frame_type::run_task, frame, false});
@@ -47,6 +48,18 @@ void head_state::route_task(const member_ptr& driver, std::string&& body, std::v
     actor_forwarded(id, kept, frame);
   else if (!t.node.empty())
     forget_frames(kept);  // its node is lost: nobody needs it sent again
+  settle_kept(out, first, kept);
+}
+
+void head_state::settle_kept(std::vector<outgoing>& out, std::size_t from, const routed_task& r) const {
+  const routed_task* ctor = nullptr;  // (an actor's constructor keeps its frames with the actor)
+  if (!r.actor.empty() && !r.method)
+    if (auto a = actors_.find(r.actor); a != actors_.end()) ctor = &a->second.ctor;
+  auto holds = [](const routed_task& t, const shared_body& body) {
+    return std::any_of(t.frames.begin(), t.frames.end(), [&](const auto& f) { return f.second == body; });
+  };
+  for (std::size_t i = from; i < out.size(); ++i)
+    if (out[i].kept) out[i].kept = holds(r, out[i].body) || (ctor && holds(*ctor, out[i].body));
 }
 
 head_state::routed_task head_state::routed_from(const member_ptr& driver, const remote_task& t) {
@@ -153,6 +166,7 @@ void head_state::route_part(const member_ptr& from, std::string&& body, std::vec
         auto part = std::make_shared<const std::string>(std::move(body));
         routed_task& kept = routed_.emplace(id, std::move(r)).first->second;
         keep_frame(kept, frame_type::part, part);
+        const std::size_t first = out.size();
         forward(kept, node, out);
         if (!kept.keep) out.push_back({node, frame_type::part, part, false});
         if (!kept.actor.empty())
@@ -160,6 +174,7 @@ void head_state::route_part(const member_ptr& from, std::string&& body, std::vec
         else if (!t.node.empty())
           forget_frames(kept);
         if (!kept.actor.empty() && !kept.method) keep_constructor_part(kept.actor, part);
+        settle_kept(out, first, kept);
         if (!kept.actor.empty() && !kept.method && !h.last)
           if (auto a = actors_.find(kept.actor); a != actors_.end()) a->second.complete = false;
       }
@@ -237,8 +252,10 @@ void head_state::route_part(const member_ptr& from, std::string&& body, std::vec
     }
     if (!r.actor.empty() && !r.method) keep_constructor_part(r.actor, part);
     r.complete = h.last;
-    if (auto node = r.node_connection.lock(); node && !node->done)
-      out.push_back({node, frame_type::part, part, r.keep});  // (kept: it does not count against the node's queue)
+    if (auto node = r.node_connection.lock(); node && !node->done) {
+      out.push_back({node, frame_type::part, part, true});
+      settle_kept(out, out.size() - 1, r);  // kept by the head (its task's, or its actor's): not counted
+    }
     if (h.last && !r.actor.empty() && !r.method)
       if (auto a = actors_.find(r.actor); a != actors_.end()) {
         a->second.complete = true;  // queued behind its last part: calls forwarded from now come after it

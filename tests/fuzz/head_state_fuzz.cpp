@@ -52,6 +52,12 @@ struct run {
   void drain() {
     for (const auto& o : out) {
       if (!o.to || !o.body) __builtin_trap();
+      // A frame queued as kept must be one the head holds: else it escapes its receiver's cap.
+      if (o.kept && !head.keeps(o.body)) {
+        std::fprintf(stderr, "head_state_fuzz: a frame of type %d queued as kept is held nowhere\n",
+                     static_cast<int>(o.type));
+        __builtin_trap();
+      }
       if (o.type == frame_type::run_task && !o.to->driver && o.body->size() >= sizeof(std::uint64_t))
         known.push_back(peek_id(*o.body));
     }
