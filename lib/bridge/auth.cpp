@@ -75,7 +75,8 @@ frame receive(int fd, frame_decoder& in, clock_type::time_point until) {
   const char* tls_hint = " (a head started with --tls-cert is joined with MANTA_TLS_CA or MANTA_TLS=1)";
   if (st == receive_status::timeout) throw auth_error(std::string("manta bridge: the handshake timed out") + tls_hint);
   if (st != receive_status::frame)
-    throw auth_error(std::string("manta bridge: the other side closed the connection during the handshake") + tls_hint);
+    throw auth_error(std::string("manta bridge: the other side closed the connection during the handshake") + tls_hint +
+                     "; a head under a flood of connections that never prove the token drops the oldest of them");
   return f;
 }
 

@@ -39,8 +39,9 @@ constexpr std::size_t max_queued = 512u << 20;
 /// How often a reader looks whether bytes arrived (a long frame on its way
 /// counts as a sign of life, not only whole frames).
 constexpr auto progress_every = std::chrono::milliseconds(250);
-/// Connections at most that have not proved the token yet.
-constexpr std::ptrdiff_t max_handshakes = 32;
+/// Connections at most that have not proved the token yet, overall and from
+/// one address: past either, the oldest such one is dropped for the new one.
+constexpr std::size_t max_handshakes = 32, max_handshakes_per_address = 8;
 
 std::string peer_address(int fd) {
   sockaddr_storage a{};
@@ -56,7 +57,11 @@ std::string peer_address(int fd) {
   }
   auto* v6 = reinterpret_cast<sockaddr_in6*>(&a);
   ::inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host);
-  return "[" + std::string(host) + "]:" + std::to_string(ntohs(v6->sin6_port));
+  std::string text = "[";  // (built in steps: GCC 12 warns falsely of "[" + std::string)
+  text += host;
+  text += "]:";
+  text += std::to_string(ntohs(v6->sin6_port));
+  return text;
 }
 
 void wake(int fd) {
@@ -72,7 +77,11 @@ struct head::connection : head_state::member {
   std::mutex fd_mu;
   std::thread thread;
   std::atomic<bool> finished{false};  ///< its thread has ended: join it
-  std::atomic<bool> proved{false};    ///< the peer proved the token
+  /// Its handshake: under way, done (the peer proved the token), or dropped
+  /// for a newer connection; the serve thread and the acceptor race for it.
+  enum : int { handshaking, proved, dropped };
+  std::atomic<int> stage{handshaking};
+  std::string host;  ///< the peer's address without its port
 
   // What goes out, written by a thread of its own: no thread of the head ever
   // waits on a slow peer (a serve thread would stop reading its own peer, the
@@ -275,12 +284,32 @@ void head::accept_loop() {
       return true;
     });
     // A thread per connection, but only so many before the token is proved:
-    // strangers opening sockets cannot pile threads up.
-    auto unproved = std::count_if(connections_.begin(), connections_.end(),
-                                  [](const auto& old) { return !old->proved.load(std::memory_order_acquire); });
-    if (unproved >= max_handshakes) {
-      ::close(fd);
-      continue;
+    // strangers opening sockets cannot pile threads up. Nor can they lock
+    // members and tools out by holding those few: a new connection always
+    // gets its handshake, and the oldest unproved one goes instead (from its
+    // own address first, so one address cannot crowd out others).
+    const std::string where = peer_address(fd);
+    c->host = where.substr(0, where.rfind(':'));
+    std::vector<connection*> unproved, same_host;
+    for (const auto& old : connections_)
+      if (old->stage.load(std::memory_order_acquire) == connection::handshaking) {
+        unproved.push_back(old.get());
+        if (old->host == c->host) same_host.push_back(old.get());
+      }
+    connection* oldest = same_host.size() >= max_handshakes_per_address ? same_host.front()
+                         : unproved.size() >= max_handshakes             ? unproved.front()
+                                                                         : nullptr;
+    int expected = connection::handshaking;
+    if (oldest && oldest->stage.compare_exchange_strong(expected, connection::dropped)) {
+      oldest->shut();  // its handshake read ends: its thread finishes
+      const auto now = io_clock::now();
+      if (now - last_drop_logged_ > std::chrono::seconds(10)) {  // (said once in a while, not per connection)
+        last_drop_logged_ = now;
+        std::fprintf(stderr,
+                     "manta head: dropped a connection from %s that had not proved the token, for a new one from %s "
+                     "(%zu connections were in their handshake, %zu from that address)\n",
+                     oldest->host.c_str(), c->host.c_str(), unproved.size(), same_host.size());
+      }
     }
     connections_.push_back(c);
     try {
@@ -311,7 +340,9 @@ void head::serve(std::shared_ptr<connection> c) {
     frame_decoder in;  // one for the connection's life: nothing that arrives early is lost
     if (cfg_.tls) start_tls(c->fd, *cfg_.tls, /*as_head=*/true, {}, io_clock::now() + handshake_timeout);
     authenticate_peer(c->fd, cfg_.token, in);
-    c->proved.store(true, std::memory_order_release);
+    if (int expected = connection::handshaking;
+        !c->stage.compare_exchange_strong(expected, connection::proved, std::memory_order_acq_rel))
+      return finish("dropped during its handshake for a newer connection");
     c->start_writer();
     frame f;
     if (receive(c->fd, in, io_clock::now() + std::chrono::seconds(5), f, wake_fd_) != receive_status::frame)

@@ -73,6 +73,7 @@ class head {
   mutable std::mutex mu_;  // state_, connections_
   head_state state_;
   std::vector<std::shared_ptr<connection>> connections_;  ///< every open one, joined or not
+  std::chrono::steady_clock::time_point last_drop_logged_{};  ///< (the acceptor's)
   std::thread acceptor_, watcher_;
 };
 
