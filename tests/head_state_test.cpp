@@ -181,6 +181,32 @@ TEST(head_state, a_leaving_driver_leaves_nothing_behind) {
   EXPECT_EQ(held.members, 1u);
 }
 
+TEST(head_state, the_table_lists_the_drivers_machines_but_not_a_nodes_own_link) {
+  cluster c;
+  auto node = c.join("node");
+  auto join_as = [&](const std::string& role, const std::string& runtime_id) {
+    auto m = std::make_shared<head_state::member>();
+    nlohmann::json j = {{"host", "h"}, {"pid", 7},          {"resources", {{"CPU", 4}}},
+                        {"functions", {"f"}}, {"role", role}, {"id", runtime_id}};
+    EXPECT_TRUE(c.head.join(m, j.dump(), "10.0.0.9:1", c.now, c.out));
+    return m;
+  };
+  auto noded = join_as("node", "0000beef");
+  auto link = join_as("driver", "0000beef");  // that node's own link as a driver
+  auto driver = join_as("driver", "0000cafe");
+  auto drivers = nlohmann::json::parse(c.head.nodes_json()).at("drivers");
+  ASSERT_EQ(drivers.size(), 1u) << drivers;
+  EXPECT_EQ(drivers[0].at("node_id"), "0000cafe");
+  EXPECT_EQ(drivers[0].at("resources").at("CPU"), 4);
+  c.out.clear();
+  c.head.lose(*driver, "left", c.now, c.out);
+  auto update = c.sent(link, frame_type::cluster_update);  // the others hear it left
+  ASSERT_EQ(update.size(), 1u);
+  EXPECT_TRUE(nlohmann::json::parse(*update[0].body).at("drivers").empty());
+  (void)node;
+  (void)noded;
+}
+
 TEST(head_state, stop_tells_the_drivers_first) {
   cluster c;
   c.join("node");

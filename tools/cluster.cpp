@@ -347,6 +347,13 @@ int cluster_status(const cluster_options& o) {
                 n["alive"].get<bool>() ? "yes" : "no", n.value("tasks_running", 0), n.value("actors", 0),
                 n.value("objects", 0), resources.c_str());
   }
+  const auto drivers = table.value("drivers", nlohmann::json::array());
+  if (drivers.empty()) return 0;
+  std::printf("\n%-9s %-9s %-22s %-16s %s\n", "DRIVER", "NODE ID", "ADDRESS", "HOST", "PID");
+  for (const auto& d : drivers)
+    std::printf("%-9s %-9s %-22s %-16s %d\n", d.value("id", std::string()).c_str(),
+                d.value("node_id", std::string()).c_str(), d.value("address", std::string()).c_str(),
+                d.value("host", std::string()).c_str(), d.value("pid", 0));
   return 0;
 }
 

@@ -70,7 +70,9 @@ bool head_state::join(const member_ptr& m, std::string_view join_body, const std
   // `joined` is the first frame it reads: before the node can be chosen, or a driver told the table.
   out.push_back({m, frame_type::joined, std::make_shared<const std::string>(m->node_id)});
   if (driver) {
-    out.push_back({m, frame_type::cluster_update, std::make_shared<const std::string>(nodes_json())});
+    m->joined_as = std::move(info);
+    m->address = where;
+    tell_drivers(out);  // (it too: the table lists the drivers' machines)
     return true;
   }
   nodes_.push_back({m->node_id, where, std::move(info), true, {}});
@@ -328,6 +330,7 @@ void head_state::lose_member(member& c, const std::string& why, std::vector<outg
         if (auto n = member_of(node)) out.push_back({n, frame_type::object_freed, note});
       it = directory_.erase(it);
     }
+    tell_drivers(out);  // (its machine leaves the table)
     return;
   }
   for (auto& n : nodes_)
@@ -467,9 +470,25 @@ std::string head_state::nodes_json() const {
     if (!n.alive) r["lost_why"] = n.lost_why;
     rows.push_back(std::move(r));
   }
+  // The drivers' machines (runtimes too, running their own program's tasks),
+  // but not a node's own link as a driver (it joins as both, under one runtime id).
+  json drivers = json::array();
+  for (const auto& m : members_) {
+    if (!m->driver) continue;
+    const std::string& runtime = m->joined_as.id;
+    if (!runtime.empty() &&
+        std::any_of(nodes_.begin(), nodes_.end(), [&](const node_state& n) { return n.id == runtime && n.alive; }))
+      continue;
+    drivers.push_back({{"id", m->node_id},
+                       {"node_id", runtime},
+                       {"address", m->address},
+                       {"host", m->joined_as.host},
+                       {"pid", m->joined_as.pid},
+                       {"resources", m->joined_as.resources}});
+  }
   // Frames to one driver may leave from different threads: the version orders them.
-  return json{{"nodes", std::move(rows)}, {"version", ++table_version_}}.dump(-1, ' ', false,
-                                                                              json::error_handler_t::replace);
+  return json{{"nodes", std::move(rows)}, {"drivers", std::move(drivers)}, {"version", ++table_version_}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
 }
 
 }  // namespace manta::bridge

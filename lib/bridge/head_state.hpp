@@ -91,6 +91,8 @@ class head_state {
   struct member {
     std::string node_id;  ///< set once it joined: "node-N" or "driver-N"
     bool driver = false;  ///< it joined as a driver
+    node_info joined_as;  ///< a driver's join (its machine, listed with the drivers)
+    std::string address;  ///< a driver's, as the head sees it
     clock::time_point last_heard{};
     bool done = false;  ///< lost (or never joined and finished)
     /// Long frames it is sending, by its number for them: the head's number of

@@ -118,8 +118,14 @@ void log_table_change(const std::vector<manta::node_info>& before, const std::ve
 cluster_driver::cluster_driver(node_runtime& rt, const std::string& address, const std::string& token,
                                std::map<std::string, double> resources)
     : rt_(rt) {
-  bridge::node_info me{host_name(), static_cast<int>(::getpid()), std::move(resources), detail::registered_names(),
-                       "driver"};
+  char runtime_id[9];  // (as node_id() says: the table lists this machine under it)
+  std::snprintf(runtime_id, sizeof runtime_id, "%08x", rt.epoch());
+  bridge::node_info me{host_name(),
+                       static_cast<int>(::getpid()),
+                       std::move(resources),
+                       detail::registered_names(),
+                       "driver",
+                       runtime_id};
   link_ = std::make_unique<bridge::node_link>(
       address, token, std::move(me), [this](const std::string& why) { on_end(why); },
       [this](std::vector<bridge::frame>&& frames) { on_frames(std::move(frames)); },
@@ -301,6 +307,11 @@ void cluster_driver::send_control(bridge::frame_type type, std::string body) {
 std::vector<manta::node_info> cluster_driver::nodes() const {
   std::lock_guard lock(mu_);
   return table_;
+}
+
+std::vector<manta::node_info> cluster_driver::drivers() const {
+  std::lock_guard lock(mu_);
+  return drivers_;
 }
 
 std::string cluster_driver::lost() const {
@@ -499,7 +510,7 @@ void cluster_driver::take_frame(bridge::frame&& f) {
     in.fetch = bridge::decode_object_note(f.body);  // malformed: throws, and the link ends
     to_applier(std::move(in));
   } else if (f.type == bridge::frame_type::cluster_update) {
-    std::vector<manta::node_info> table;
+    std::vector<manta::node_info> table, drivers;
     std::uint64_t version = 0;
     try {
       json j = json::parse(f.body);
@@ -507,6 +518,10 @@ void cluster_driver::take_frame(bridge::frame&& f) {
       for (const auto& n : j.at("nodes"))
         table.push_back({n.at("id").get<std::string>(), n.at("address").get<std::string>(),
                          n.at("resources").get<std::map<std::string, double>>(), n.at("alive").get<bool>()});
+      for (const auto& d : j.value("drivers", json::array()))
+        if (!d.value("node_id", std::string()).empty())
+          drivers.push_back({d.at("node_id").get<std::string>(), d.at("address").get<std::string>(),
+                             d.at("resources").get<std::map<std::string, double>>(), true});
     } catch (const json::exception& e) {
       throw bridge::wire_error(std::string("manta: a malformed node table from the head: ") + e.what());
     }
@@ -516,6 +531,7 @@ void cluster_driver::take_frame(bridge::frame&& f) {
         if (log::enabled(log::level::debug)) log_table_change(table_, table);
         version_ = version;
         table_ = std::move(table);
+        drivers_ = std::move(drivers);
       }
     }
     cv_.notify_all();

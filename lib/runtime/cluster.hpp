@@ -102,6 +102,9 @@ class cluster_driver {
   const std::string& id() const noexcept { return link_->node_id(); }
   /// The nodes of the cluster, as the head last described them.
   std::vector<manta::node_info> nodes() const;
+  /// The drivers' machines, as the head last described them (each under its
+  /// runtime's id; not nodes' own links).
+  std::vector<manta::node_info> drivers() const;
   /// Why the cluster is gone (its head lost, or the cluster stopped), or empty.
   std::string lost() const;
   /// Whether the link ended (lost() says why); cheap, any thread.
@@ -139,6 +142,7 @@ class cluster_driver {
   mutable std::mutex mu_;  // table_, version_, lost_, queue_, stopping_
   std::condition_variable cv_;
   std::vector<manta::node_info> table_;
+  std::vector<manta::node_info> drivers_;
   std::uint64_t version_ = 0;
   std::uint64_t next_lookup_ = 0;
   std::map<std::uint64_t, bridge::actor_lookup> lookups_;  ///< answers to find_actor, until taken

@@ -482,7 +482,11 @@ void node_runtime::host_launch(const launch& l, const std::string& dir) {
 }
 
 std::vector<manta::node_info> node_runtime::cluster_nodes() {
-  return cluster_ ? cluster_->nodes() : std::vector<manta::node_info>{};
+  if (!cluster_) return {};
+  auto all = cluster_->nodes();
+  if (serving_)  // a node serves every driver: their machines are the cluster's too
+    for (auto& d : cluster_->drivers()) all.push_back(std::move(d));
+  return all;
 }
 
 namespace {
