@@ -3,7 +3,10 @@
 // member), each node with its own zygote, workers and arena. Every process of a
 // test carries a tag in its environment, so the test can tell that none is
 // left once the cluster stops.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -575,6 +578,32 @@ TEST(cluster_launch, srun_ranks_from_slurms_environment_form_the_cluster) {
   auto ranks = srun_ranks(dir);
   for (int rank = 0; rank < 3; ++rank) EXPECT_EQ(ranks[rank].first, 0) << "rank " << rank << ":\n" << ranks[rank].second;
   EXPECT_EQ(ranks[0].second.find("FAILED"), std::string::npos) << ranks[0].second;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(e.path().filename().string().rfind("launch-", 0), std::string::npos) << e.path();
+  std::filesystem::remove_all(dir);
+}
+
+// Defect (issue 31, 8): files a killed rank 0 left named a head that no
+// longer answers; the next run with that job id took it for its own.
+TEST(cluster_launch, files_a_killed_rank_0_left_do_not_mislead_the_next_run) {
+  const std::string dir = manta::testing::temp_path("srun-stale");
+  std::filesystem::create_directories(dir);
+  const std::vector<std::pair<std::string, std::string>> env{{"MANTA_TEST_STALE", "1"}};
+  const std::string job = std::to_string(::getpid()) + "-" + std::to_string(env.size()) + ".0";  // as srun_ranks
+  // A port nobody listens on any more, and a token of that run.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  std::ofstream(dir + "/launch-" + job + ".address") << "127.0.0.1:" << ntohs(a.sin_port) << "\n";
+  sh("head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > " + dir + "/launch-" + job + ".token; chmod 600 " + dir +
+     "/launch-" + job + ".token");
+  auto ranks = srun_ranks(dir, env);
+  for (int rank = 0; rank < 3; ++rank) EXPECT_EQ(ranks[rank].first, 0) << "rank " << rank << ":\n" << ranks[rank].second;
   for (const auto& e : std::filesystem::directory_iterator(dir))
     EXPECT_EQ(e.path().filename().string().rfind("launch-", 0), std::string::npos) << e.path();
   std::filesystem::remove_all(dir);

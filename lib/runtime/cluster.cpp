@@ -1583,6 +1583,12 @@ launch_head::launch_head(const launch& l, const std::string& dir)
     : token_(bridge::new_token()),
       token_file_(dir.empty() ? "" : dir + "/launch-" + l.job + ".token"),
       address_file_(dir.empty() ? "" : dir + "/launch-" + l.job + ".address") {
+  // Files an earlier run with this job id left (its rank 0 killed) go first:
+  // the other ranks must not take that run's head for this one's.
+  if (!dir.empty()) {
+    std::remove(address_file_.c_str());
+    std::remove(token_file_.c_str());
+  }
   std::string bind = env_string("MANTA_BIND");
   if (bind.empty()) bind = "127.0.0.1";  // loopback unless told: one machine
   // TLS as manta start --head --tls-cert/--tls-key, from the environment every rank shares.
@@ -1619,14 +1625,27 @@ std::pair<std::string, std::string> wait_for_launch_head(const launch& l, const 
   const std::string address_file = dir + "/launch-" + l.job + ".address";
   const int limit = env_int("MANTA_LAUNCH_TIMEOUT", 60);
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(limit);
-  std::string address;
+  std::string address, stale;
   while (address.empty()) {
     std::ifstream(address_file) >> address;
-    if (!address.empty()) break;
+    // A head that does not answer is an earlier run's (its rank 0 was
+    // killed and left the file): this run's rank 0 replaces it.
+    if (!address.empty()) {  // (asked again each time: this run's head may get the same port)
+      try {
+        auto [host, port] = bridge::split_address(address);
+        ::close(bridge::connect_to(host, port, std::chrono::seconds(2)));
+        break;
+      } catch (const std::exception&) {
+        stale = address;
+      }
+    }
+    address.clear();
     if (std::chrono::steady_clock::now() > until)
       throw usage_error("manta: rank " + std::to_string(l.rank) + " of " + l.launcher + " saw no head within " +
                         std::to_string(limit) + " s (" + address_file +
-                        " never appeared; on several machines, set MANTA_LAUNCH_DIR to a shared directory)");
+                        (stale.empty() ? " never appeared; on several machines, set MANTA_LAUNCH_DIR to a shared "
+                                         "directory)"
+                                       : " names " + stale + ", where no head answers: left by an earlier run?)"));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   try {
