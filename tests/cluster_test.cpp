@@ -136,7 +136,7 @@ TEST_F(cluster, tasks_go_to_the_node_that_has_their_resource_and_the_cluster_sto
   EXPECT_NE(refused.find("cannot run /nonexistent/app"), std::string::npos) << refused;
   std::string status = sh(cli + " status --log-dir " + dir_);
   EXPECT_NE(status.find("special 2"), std::string::npos) << status;
-  EXPECT_NE(status.find("ACTORS  OBJECTS"), std::string::npos) << status;
+  EXPECT_NE(status.find("ACTORS OBJECTS"), std::string::npos) << status;
   EXPECT_EQ(status.find("DRIVER"), std::string::npos) << "a node's own link is not listed as a driver\n" << status;
 
   pid_t driver = member(false, {"basic", "1"}, "driver.log");

@@ -15,11 +15,20 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <string_view>
+#include <system_error>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/optional.hpp>      // (Boost.Process 1.81 uses these two
+#include <boost/type_traits.hpp>  // without including them)
+#include <boost/process/v2/environment.hpp>
+#include <boost/process/v2/process.hpp>
+#include <boost/process/v2/stdio.hpp>
 #include <nlohmann/json.hpp>
 
 #include "bridge/head.hpp"
@@ -29,6 +38,17 @@
 #include "bridge/token.hpp"
 
 namespace manta::tools {
+
+namespace {
+/// A Boost.Process initializer: the child starts a session of its own.
+struct new_session {
+  template <class Launcher>
+  boost::system::error_code on_exec_setup(Launcher&, const std::filesystem::path&, const char* const*&) {
+    if (::setsid() < 0) return {errno, boost::system::system_category()};
+    return {};
+  }
+};
+}  // namespace
 namespace {
 
 std::string token_path(const cluster_options& o) {
@@ -225,47 +245,51 @@ int start_node(const cluster_options& o, const std::vector<std::string>& command
   std::error_code ec;
   if (std::filesystem::create_directories(o.log_dir, ec))
     std::filesystem::permissions(o.log_dir, std::filesystem::perms::owner_all, ec);
-  int failed[2];  // the child writes why exec failed; closed on exec
-  if (::pipe2(failed, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-  std::fflush(nullptr);
-  pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    ::close(failed[0]);
-    ::setsid();
-    ::signal(SIGPIPE, SIG_DFL);
-    const std::string log_path = o.log_dir + "/node-" + std::to_string(::getpid()) + ".log";
-    int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-    int log = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
-    ::dup2(null, STDIN_FILENO);
-    ::dup2(log >= 0 ? log : null, STDOUT_FILENO);
-    ::dup2(log >= 0 ? log : null, STDERR_FILENO);
-    for (int fd = 3; fd < 1024; ++fd)
-      if (fd != failed[1]) ::close(fd);
-    ::setenv("MANTA_NODE", address.c_str(), 1);
-    ::setenv("MANTA_TOKEN_FILE", token_file.c_str(), 1);
-    ::setenv("MANTA_LOG_DIR", o.log_dir.c_str(), 1);  // its runtime's worker logs, spill file and socket too
-    ::unsetenv("MANTA_ADDRESS");
-    if (num_workers > 0) ::setenv("MANTA_NUM_WORKERS", std::to_string(num_workers).c_str(), 1);
-    std::vector<char*> argv;
-    for (const auto& a : command) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execvp(argv[0], argv.data());
-    std::string why = std::string("cannot run ") + command[0] + ": " + std::strerror(errno);
-    [[maybe_unused]] auto n = ::write(failed[1], why.data(), why.size());
-    ::_exit(127);
+  // Started and watched with Boost.Process: its own session (a terminal's
+  // hangup does not end it), stdin from /dev/null, output in its log, and
+  // none of this process's other descriptors.
+  namespace bp = boost::process::v2;
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string_view kv = *e;
+    const std::string_view name = kv.substr(0, kv.find('='));
+    if (name != "MANTA_NODE" && name != "MANTA_TOKEN_FILE" && name != "MANTA_LOG_DIR" && name != "MANTA_ADDRESS" &&
+        !(num_workers > 0 && name == "MANTA_NUM_WORKERS"))
+      env.emplace_back(kv);
   }
-  ::close(failed[1]);
-  std::string why;
-  char buf[256];
-  for (ssize_t n; (n = ::read(failed[0], buf, sizeof buf)) > 0;) why.append(buf, static_cast<std::size_t>(n));
-  ::close(failed[0]);
-  if (!why.empty()) {
-    ::waitpid(pid, nullptr, 0);
-    throw std::runtime_error(why);
+  env.push_back("MANTA_NODE=" + address);
+  env.push_back("MANTA_TOKEN_FILE=" + token_file);
+  env.push_back("MANTA_LOG_DIR=" + o.log_dir);  // its runtime's worker logs, spill file and socket too
+  if (num_workers > 0) env.push_back("MANTA_NUM_WORKERS=" + std::to_string(num_workers));
+  // The log is named by the node's pid, known once it runs: opened first, renamed after.
+  const std::string starting = o.log_dir + "/node-starting-" + std::to_string(::getpid()) + ".log";
+  const int log = ::open(starting.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (log < 0) throw std::runtime_error("cannot write " + starting + ": " + std::strerror(errno));
+  std::error_code found;
+  const std::filesystem::path exe = command[0].find('/') != std::string::npos
+                                        ? std::filesystem::path(command[0])
+                                        : bp::environment::find_executable(command[0]);
+  if (exe.empty() || !std::filesystem::exists(exe, found)) {
+    ::close(log);
+    std::remove(starting.c_str());
+    throw std::runtime_error("cannot run " + command[0] + ": " + std::strerror(ENOENT));
   }
+  boost::asio::io_context ctx;
+  std::optional<bp::process> node;
+  try {
+    std::fflush(nullptr);
+    node.emplace(ctx, exe, std::vector<std::string>(command.begin() + 1, command.end()),
+                 bp::process_stdio{nullptr, log, log}, bp::process_environment(env), new_session{});
+  } catch (const std::exception& e) {
+    ::close(log);
+    std::remove(starting.c_str());
+    throw std::runtime_error("cannot run " + command[0] + ": " + e.what());
+  }
+  ::close(log);
+  const pid_t pid = node->id();
   // Running: it is a node once the head lists it.
   const std::string log_path = o.log_dir + "/node-" + std::to_string(pid) + ".log";
+  std::rename(starting.c_str(), log_path.c_str());
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
     nlohmann::json table = nlohmann::json::parse(bridge::ask_head(address, token, "status"));
@@ -273,18 +297,19 @@ int start_node(const cluster_options& o, const std::vector<std::string>& command
       if (n["pid"].get<int>() == pid && n["alive"].get<bool>()) {
         std::printf("%s joined %s: pid %d (log: %s)\n", n["id"].get<std::string>().c_str(), address.c_str(),
                     static_cast<int>(pid), log_path.c_str());
+        node->detach();  // it outlives this command
         return 0;
       }
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
+    boost::system::error_code gone;
+    if (!node->running(gone)) {
       // Why is in its log (the head refused it: another binary; no token...).
       const std::string why = last_lines(log_path, 3);
       throw std::runtime_error(command[0] + " exited before it joined" + (why.empty() ? "" : ":\n" + why) +
                                "\n(log: " + log_path + ")");
     }
     if (std::chrono::steady_clock::now() > until) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
+      boost::system::error_code ec;
+      node->terminate(ec);  // (SIGKILL, and reaped)
       throw std::runtime_error(command[0] + " did not join within 30 s (does it call manta::init? see " + log_path + ")");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
