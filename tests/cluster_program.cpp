@@ -43,6 +43,14 @@ std::vector<double> big_from(int n) { return std::vector<double>(static_cast<std
 int fail_on(int) { throw std::runtime_error("thrown on a node"); }
 int add_one(int x) { return x + 1; }
 
+/// Prints a line on stdout and one on stderr where it runs.
+int shout(std::string word) {
+  std::printf("shouted on a node: %s\n", word.c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr, "and on its stderr: %s\n", word.c_str());
+  return ::getpid();
+}
+
 /// What a task sees of the cluster: {nodes listed, nodes listed once each, the cluster's "special"}.
 std::vector<double> cluster_seen() {
   auto listed = manta::nodes();
@@ -444,7 +452,7 @@ MANTA_REMOTE(where, sum_on, big_from, fail_on, add_one, slow_where, nap_where, n
              fan, echo_handles, kill_it, start_named, nap_marked_where, absorb_through, add_where, count_through,
              actors_back, actor_in_a_ref, local_actor, actor_via_rare, mixed_args, made_long,
              count_made_here, fill, fill_long, count_up, queue_across, fail_after, add_after_lost, add_after_cancel,
-             count_unread, eight_mib, cluster_seen);
+             count_unread, eight_mib, cluster_seen, shout);
 MANTA_ACTOR(Holder, &Holder::size, &Holder::host);
 MANTA_ACTOR(Slow, &Slow::host);
 MANTA_ACTOR(Relay, &Relay::add);
@@ -497,6 +505,8 @@ void basic() {
   int node = manta::get(manta::task(where).resources(on_special).remote());
   check(node != 0 && node != ::getpid(), "a task needing 'special' ran on a node (pid " + std::to_string(node) + ")");
   check(manta::get(manta::task(where).remote()) == ::getpid(), "a task this node can run stays here");
+  // Its lines reach this terminal, prefixed with its pid and node (cluster_test reads them in our log).
+  std::printf("shouter pid %d\n", manta::get(manta::task(shout).resources(on_special).remote(std::string("hello"))));
   try {
     manta::task(where).memory(std::size_t{1} << 50).remote();
     check(false, "a task asking more memory than any node has is refused at submission");

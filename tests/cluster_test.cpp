@@ -142,6 +142,16 @@ TEST_F(cluster, tasks_go_to_the_node_that_has_their_resource_and_the_cluster_sto
   pid_t driver = member(false, {"basic", "1"}, "driver.log");
   EXPECT_EQ(finish(driver, 120s), 0) << log("driver.log");
   EXPECT_EQ(log("driver.log").find("FAILED"), std::string::npos) << log("driver.log");
+  // A remote task's output reached the driver's terminal (issue 31, defect 5), its pid and node named.
+  {
+    const std::string out = log("driver.log");
+    const auto at = out.find("shouter pid ");
+    ASSERT_NE(at, std::string::npos) << out;
+    const std::string pid = out.substr(at + 12, out.find('\n', at) - at - 12);
+    EXPECT_NE(out.find("(pid=" + pid + ", node="), std::string::npos) << out;
+    EXPECT_NE(out.find(") shouted on a node: hello\n"), std::string::npos) << out;
+    EXPECT_NE(out.find(") and on its stderr: hello\n"), std::string::npos) << out;
+  }
   std::string stopped = sh(cli + " stop --log-dir " + dir_);
   EXPECT_NE(stopped.find("stopped the cluster"), std::string::npos) << stopped;
   EXPECT_TRUE(manta::testing::eventually([&] { return !manta::testing::alive(node); }, 20s))

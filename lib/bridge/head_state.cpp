@@ -149,6 +149,13 @@ void head_state::route_frame(const member_ptr& c, bool driver, frame&& f, std::v
   else if (f.type == frame_type::fetch_object ||
            ((f.type == frame_type::object_lost || f.type == frame_type::object_freed) && driver))
     route_object_note(*c, f.type, f.body, out);
+  else if (f.type == frame_type::output) {
+    // A node's lines for a driver's terminal (sent on its link as a driver):
+    // passed on as they came, or dropped if that driver is gone.
+    const std::string to = decode_output(f.body).driver;  // malformed: the connection ends
+    if (auto d = connection_of(to, true); d && d != c)
+      out.push_back({d, frame_type::output, std::make_shared<const std::string>(std::move(f.body))});
+  }
 }
 
 std::string head_state::registry_difference(const std::vector<std::string>& functions) {

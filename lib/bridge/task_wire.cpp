@@ -455,6 +455,45 @@ actor_lookup decode_actor_lookup(std::string_view body) {
   }
 }
 
+std::string encode_output(const remote_output& o) {
+  std::string body;
+  auto put_text = [&](const std::string& s) {
+    const auto n = static_cast<std::uint32_t>(s.size());
+    body.append(reinterpret_cast<const char*>(&n), sizeof n);
+    body += s;
+  };
+  put_text(o.driver);
+  put_text(o.node);
+  body.append(reinterpret_cast<const char*>(&o.pid), sizeof o.pid);
+  body += static_cast<char>(o.err ? 1 : 0);
+  body += o.lines;
+  return body;
+}
+
+remote_output decode_output(std::string_view body) {
+  remote_output o;
+  auto take = [&](void* to, std::size_t n) {
+    if (body.size() < n) throw wire_error("manta bridge: a malformed output frame");
+    std::memcpy(to, body.data(), n);
+    body.remove_prefix(n);
+  };
+  auto text = [&](std::string& to) {
+    std::uint32_t n = 0;
+    take(&n, sizeof n);
+    if (body.size() < n) throw wire_error("manta bridge: a malformed output frame");
+    to.assign(body.substr(0, n));
+    body.remove_prefix(n);
+  };
+  text(o.driver);
+  text(o.node);
+  take(&o.pid, sizeof o.pid);
+  char err = 0;
+  take(&err, 1);
+  o.err = err != 0;
+  o.lines.assign(body);
+  return o;
+}
+
 std::string encode_object_note(const object_note& n) {
   json j{{"object", n.object}, {"node", n.node}, {"why", n.why}};
   if (n.error) {

@@ -110,6 +110,19 @@ std::string encode_actor_lookup(const actor_lookup& l);
 /// @throws wire_error if the body is malformed
 actor_lookup decode_actor_lookup(std::string_view body);
 
+/// Lines a process of a node printed while it ran a task of `driver`, for
+/// that driver's terminal (an output frame's body).
+struct remote_output {
+  std::string driver;  ///< the driver's id in the cluster ("driver-N")
+  std::string node;    ///< the node's id
+  std::int32_t pid = 0;
+  bool err = false;  ///< stderr, not stdout
+  std::string lines;  ///< whole lines, as written
+};
+std::string encode_output(const remote_output& o);
+/// @throws wire_error if the body is malformed
+remote_output decode_output(std::string_view body);
+
 std::string encode_object_note(const object_note& n);
 /// @throws wire_error if the body is malformed
 object_note decode_object_note(std::string_view body);

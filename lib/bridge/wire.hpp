@@ -60,6 +60,8 @@ enum class frame_type : std::uint16_t {
   /// (task_outcome::handles) is done with it; the member that lent it gives
   /// back the count it kept (the actor's key)
   actor_returned = 24,
+  /// node -> head -> driver: lines a task of that driver printed on the node (remote_output)
+  output = 25,
 };
 
 /// A malformed or oversized frame: the connection it came on is closed.

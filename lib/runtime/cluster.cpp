@@ -509,6 +509,8 @@ void cluster_driver::take_frame(bridge::frame&& f) {
     inbound in;
     in.fetch = bridge::decode_object_note(f.body);  // malformed: throws, and the link ends
     to_applier(std::move(in));
+  } else if (f.type == bridge::frame_type::output) {
+    rt_.print_remote_output(bridge::decode_output(f.body));  // malformed: throws, and the link ends
   } else if (f.type == bridge::frame_type::cluster_update) {
     std::vector<manta::node_info> table, drivers;
     std::uint64_t version = 0;

@@ -426,6 +426,60 @@ void node_runtime::join_cluster(const std::string& address, const std::string& t
 void node_runtime::serve_cluster(const std::string& address, const std::string& token) {
   serving_ = true;
   join_cluster(address, token);
+  // What a driver's tasks print here reaches that driver's terminal too (its log keeps it here).
+  output_->set_sink([this](pid_t pid, bool err, std::string_view lines) { forward_output(pid, err, lines); });
+}
+
+void node_runtime::forward_output(pid_t pid, bool err, std::string_view lines) {
+  std::string driver;
+  {
+    scheduler_lock lock(*this);
+    const std::uint16_t origin = sched_->origin_of_process(pid);
+    if (origin != 0 && origin < origins_.size()) driver = origins_[origin];
+  }
+  if (driver.empty() || !cluster_ || cluster_->ended()) return;
+  // Bounded as a terminal is: at most 1 MiB a second leaves for the drivers;
+  // past that, lines are counted, and the count is sent once the second is over.
+  char node[9];  // (this runtime's node_id(), on a thread without a context)
+  std::snprintf(node, sizeof node, "%08x", epoch_);
+  const auto now = std::chrono::steady_clock::now();
+  std::string dropped_note;
+  {
+    std::lock_guard lock(output_budget_mu_);
+    if (now - output_window_ >= std::chrono::seconds(1)) {
+      if (output_dropped_ > 0)
+        dropped_note = "(manta) " + std::to_string(output_dropped_) + " bytes of output on node " + node +
+                       " were not sent (more than 1 MiB a second); its worker logs keep them\n";
+      output_window_ = now;
+      output_sent_ = 0;
+      output_dropped_ = 0;
+    }
+    if (output_sent_ + lines.size() > (1u << 20)) {
+      output_dropped_ += lines.size();
+      return;
+    }
+    output_sent_ += lines.size();
+  }
+  if (!dropped_note.empty())
+    cluster_->send_control(bridge::frame_type::output, bridge::encode_output({driver, node, 0, true, dropped_note}));
+  cluster_->send_control(bridge::frame_type::output,
+                         bridge::encode_output({driver, node, static_cast<std::int32_t>(pid), err, std::string(lines)}));
+}
+
+void node_runtime::print_remote_output(const bridge::remote_output& o) {
+  const std::string prefix = o.pid ? "(pid=" + std::to_string(o.pid) + ", node=" + o.node + ") " : std::string();
+  std::string text;
+  text.reserve(o.lines.size() + 8 * prefix.size());
+  std::size_t start = 0;
+  while (start < o.lines.size()) {
+    std::size_t nl = o.lines.find('\n', start);
+    if (nl == std::string::npos) nl = o.lines.size() - 1;
+    text += prefix;
+    text.append(o.lines, start, nl - start + 1);
+    start = nl + 1;
+  }
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  output_->print(o.err, std::move(text));
 }
 
 namespace {

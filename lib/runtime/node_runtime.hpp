@@ -112,6 +112,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// The serving thread, or a host thread: the driver whose task it submits
   /// next (remote_task::origin), for this thread alone.
   void set_origin(const std::string& driver);
+  /// A driver of a cluster: lines a task of its printed on another node, for
+  /// this terminal (prefixed with the pid and node). Any thread; never blocks.
+  void print_remote_output(const bridge::remote_output& o);
   /// A node of a cluster: whether its connection as a driver ended, and why.
   bool cluster_link_ended() const noexcept { return cluster_ && cluster_->ended(); }
   std::string cluster_link_lost() const { return cluster_ ? cluster_->lost() : std::string(); }
@@ -296,6 +299,12 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// indexes it; under the scheduler's lock). Which one a thread's next
   /// submission serves is that thread's own (set_origin).
   std::vector<std::string> origins_{std::string()};
+  /// A node of a cluster: sends lines process `pid` printed to the driver
+  /// whose task it ran last, within a budget (the output thread's sink).
+  void forward_output(pid_t pid, bool err, std::string_view lines);
+  std::mutex output_budget_mu_;  // the three below
+  std::chrono::steady_clock::time_point output_window_{};
+  std::size_t output_sent_ = 0, output_dropped_ = 0;
   bool cluster_can_run(const task_spec& t) override;
 
   // node_runtime.cpp: objects and submissions

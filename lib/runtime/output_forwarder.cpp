@@ -168,9 +168,25 @@ void output_forwarder::stop() {
   thread_.join();
 }
 
-bool output_forwarder::forward(int fd, stream& s) {
+void output_forwarder::set_sink(line_sink sink) {
+  std::lock_guard lock(mu_);
+  sink_ = std::make_shared<const line_sink>(std::move(sink));
+}
+
+void output_forwarder::print(bool err, std::string lines) {
+  {
+    std::lock_guard lock(mu_);
+    std::string& to = printed_[err ? 1 : 0];
+    if (to.size() + lines.size() > max_pending) return;  // (queue() counts what it drops; this is rarer still)
+    to += lines;
+  }
+  char one = 1;
+  [[maybe_unused]] auto n = ::write(wake_[1], &one, 1);
+}
+
+bool output_forwarder::forward(int fd, stream& s, const line_sink* sink) {
   const std::string prefix = "(pid=" + std::to_string(s.pid) + ") ";
-  std::string out;
+  std::string out, raw;  // prefixed for this terminal; as written, for the sink
   char buf[8192];
   bool open = true;
   for (int rounds = 0; rounds < 16; ++rounds) {  // bounded: one chatty process must not starve the rest
@@ -187,18 +203,22 @@ bool output_forwarder::forward(int fd, stream& s) {
     while ((nl = s.partial.find('\n', start)) != std::string::npos) {
       out += prefix;
       out.append(s.partial, start, nl - start + 1);
+      if (sink) raw.append(s.partial, start, nl - start + 1);
       start = nl + 1;
     }
     s.partial.erase(0, start);
     if (s.partial.size() >= max_line) {  // no newline in sight: write it as a line of its own
       out += prefix + s.partial + "\n";
+      if (sink) raw += s.partial + "\n";
       s.partial.clear();
     }
   }
   if (!open && !s.partial.empty()) {
     out += prefix + s.partial + "\n";
+    if (sink) raw += s.partial + "\n";
     s.partial.clear();
   }
+  if (!raw.empty()) (*sink)(s.pid, s.err, raw);
   if (!out.empty()) queue(s.err ? 1 : 0, std::move(out));
   return open;
 }
@@ -312,19 +332,30 @@ void output_forwarder::run() {
     for (int i = 0; i < n; ++i) {
       int fd = evs[i].data.fd;
       if (fd == wake_[0]) {
-        char sink[64];
-        while (::read(wake_[0], sink, sizeof sink) > 0) {
+        char bytes[64];
+        while (::read(wake_[0], bytes, sizeof bytes) > 0) {
         }
+        std::string printed[2];
+        {
+          std::lock_guard lock(mu_);
+          printed[0].swap(printed_[0]);
+          printed[1].swap(printed_[1]);
+        }
+        for (int which = 0; which < 2; ++which)
+          if (!printed[which].empty()) queue(which, std::move(printed[which]));
+        write_pending();
         continue;
       }
       stream s;
+      std::shared_ptr<const line_sink> sink;
       {
         std::lock_guard lock(mu_);
         auto it = streams_.find(fd);
         if (it == streams_.end()) continue;
         s = std::move(it->second);
+        sink = sink_;
       }
-      bool open = forward(fd, s);
+      bool open = forward(fd, s, sink.get());
       write_pending();
       bool closed_log = false;
       {

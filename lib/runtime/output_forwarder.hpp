@@ -10,7 +10,10 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <mutex>
+#include <string_view>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -52,6 +55,14 @@ class output_forwarder {
   void add(pid_t pid, int out_fd, int err_fd);
   /// Forwards what is left (every writer is gone or going), then stops the thread.
   void stop();
+  /// Also hands each process's complete lines, as written, to `sink` (on the
+  /// forwarding thread; it must not block): a node of a cluster sends them to
+  /// the driver whose task wrote them. Set before any process is added.
+  using line_sink = std::function<void(pid_t pid, bool err, std::string_view lines)>;
+  void set_sink(line_sink sink);
+  /// Prints `lines` (whole lines, prefixed already) on stdout, or stderr
+  /// (`err`), as workers' output is: bounded, never blocking. Any thread.
+  void print(bool err, std::string lines);
 
  private:
   struct stream {
@@ -60,8 +71,8 @@ class output_forwarder {
     std::string partial;  ///< bytes after the last newline
   };
   void run();
-  /// Reads what `fd` has; false at its end.
-  bool forward(int fd, stream& s);
+  /// Reads what `fd` has (its lines to `sink` too, if any); false at its end.
+  bool forward(int fd, stream& s, const line_sink* sink);
   /// Appends complete lines for stdout (0) or stderr (1), or counts them dropped.
   void queue(int which, std::string&& lines);
   /// Writes what the driver's stdout and stderr take without blocking.
@@ -83,6 +94,8 @@ class output_forwarder {
   int wake_[2] = {-1, -1};
   std::mutex mu_;  // streams_
   std::unordered_map<int, stream> streams_;
+  std::shared_ptr<const line_sink> sink_;  // under mu_
+  std::string printed_[2];       ///< print's lines, until the forwarding thread queues them (under mu_)
   std::thread thread_;
   bool stopping_ = false;
   // Only the forwarding thread touches these.

@@ -223,6 +223,7 @@ void placement::take_cpu(worker_state& w, task_spec& t) {
 
 void placement::sent(worker_state& w, task_spec& t) {
   graph_.enter(&t, w.in_flight);
+  w.last_origin = t.origin;
   take_cpu(w, t);
   if (t.actor) return;  // an actor's calls queue on it whatever they take
   // Nothing queues behind a task that may be killed for its timeout.

@@ -46,6 +46,9 @@ struct worker_state {
   /// In-flight tasks expected to run longer than a spin (or for an unknown time).
   int long_tasks = 0;
   bool holds_cpu = false;  ///< the CPU its default tasks share is taken
+  /// The origin (task_spec::origin) of the task sent to it last: whose
+  /// output it prints, on a node of a cluster.
+  std::uint16_t last_origin = 0;
   /// Where to publish what work it has (process::work_*, for waiters deciding
   /// whether to spin), or null.
   std::atomic<std::uint32_t>* assigned = nullptr;

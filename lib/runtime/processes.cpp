@@ -356,4 +356,10 @@ void scheduler::lose_node(const std::string& why) {
   forget_actors();
 }
 
+std::uint16_t scheduler::origin_of_process(pid_t pid) const {
+  for (const auto& w : links_)
+    if (w && w->pid == pid) return w->place.last_origin;
+  return 0;
+}
+
 }  // namespace manta::runtime

@@ -181,6 +181,8 @@ class scheduler {
   /// they made room for.
   void remote_result(std::uint64_t key, std::span<const ipc::value_location> values,
                      std::span<const std::vector<object_id>> inside, const ipc::error_info* error);
+  /// The origin of the task last sent to process `pid` (0: none, or no such process).
+  std::uint16_t origin_of_process(pid_t pid) const;
   /// The cluster is gone: every remote task sent and not answered fails with `why`.
   void fail_remote(const ipc::error_info& why);
   /// When the earliest task timeout falls due (time_point::max() if none).
