@@ -40,11 +40,12 @@
 namespace manta::tools {
 
 namespace {
-/// A Boost.Process initializer: the child starts a session of its own.
+/// A Boost.Process initializer: the child starts a session of its own, with SIGPIPE at its default.
 struct new_session {
   template <class Launcher>
   boost::system::error_code on_exec_setup(Launcher&, const std::filesystem::path&, const char* const*&) {
     if (::setsid() < 0) return {errno, boost::system::system_category()};
+    ::signal(SIGPIPE, SIG_DFL);  // (this command ignores it; the program starts as from a shell)
     return {};
   }
 };

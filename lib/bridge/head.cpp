@@ -82,6 +82,7 @@ struct head::connection : head_state::member {
   enum : int { handshaking, proved, dropped };
   std::atomic<int> stage{handshaking};
   std::string host;  ///< the peer's address without its port
+  io_clock::time_point accepted = io_clock::now();
 
   // What goes out, written by a thread of its own: no thread of the head ever
   // waits on a slow peer (a serve thread would stop reading its own peer, the
@@ -285,30 +286,40 @@ void head::accept_loop() {
     });
     // A thread per connection, but only so many before the token is proved:
     // strangers opening sockets cannot pile threads up. Nor can they lock
-    // members and tools out by holding those few: a new connection always
-    // gets its handshake, and the oldest unproved one goes instead (from its
-    // own address first, so one address cannot crowd out others).
+    // members and tools out by holding those few: past a limit, the oldest
+    // unproved connection goes for the new one (from its own address first,
+    // so one address cannot crowd out others), if it had a second for its
+    // handshake (a burst of members starting together is not cut short).
     const std::string where = peer_address(fd);
     c->host = where.substr(0, where.rfind(':'));
-    std::vector<connection*> unproved, same_host;
-    for (const auto& old : connections_)
-      if (old->stage.load(std::memory_order_acquire) == connection::handshaking) {
-        unproved.push_back(old.get());
-        if (old->host == c->host) same_host.push_back(old.get());
-      }
-    connection* oldest = same_host.size() >= max_handshakes_per_address ? same_host.front()
-                         : unproved.size() >= max_handshakes             ? unproved.front()
-                                                                         : nullptr;
+    const auto now = io_clock::now();
+    std::size_t unproved = 0, same_host = 0;
+    connection *oldest = nullptr, *oldest_here = nullptr;  // of those a second old or more
+    for (const auto& old : connections_) {
+      if (old->stage.load(std::memory_order_acquire) != connection::handshaking) continue;
+      ++unproved;
+      const bool here = old->host == c->host;
+      same_host += here;
+      if (now - old->accepted < std::chrono::seconds(1)) continue;
+      if (!oldest) oldest = old.get();
+      if (here && !oldest_here) oldest_here = old.get();
+    }
+    connection* drop = same_host >= max_handshakes_per_address && oldest_here ? oldest_here
+                       : unproved >= max_handshakes                          ? oldest
+                                                                             : nullptr;
+    if (!drop && unproved >= max_handshakes) {  // all of them young: this one waits for none
+      ::close(fd);
+      continue;
+    }
     int expected = connection::handshaking;
-    if (oldest && oldest->stage.compare_exchange_strong(expected, connection::dropped)) {
-      oldest->shut();  // its handshake read ends: its thread finishes
-      const auto now = io_clock::now();
+    if (drop && drop->stage.compare_exchange_strong(expected, connection::dropped)) {
+      drop->shut();  // its handshake read ends: its thread finishes
       if (now - last_drop_logged_ > std::chrono::seconds(10)) {  // (said once in a while, not per connection)
         last_drop_logged_ = now;
         std::fprintf(stderr,
                      "manta head: dropped a connection from %s that had not proved the token, for a new one from %s "
                      "(%zu connections were in their handshake, %zu from that address)\n",
-                     oldest->host.c_str(), c->host.c_str(), unproved.size(), same_host.size());
+                     drop->host.c_str(), c->host.c_str(), unproved, same_host);
       }
     }
     connections_.push_back(c);
@@ -435,8 +446,9 @@ void head::serve(std::shared_ptr<connection> c) {
       }
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "manta head: dropped %s (%s): %s\n", c->node_id.empty() ? "a peer" : c->node_id.c_str(),
-                 where.c_str(), e.what());
+    if (c->stage.load(std::memory_order_acquire) != connection::dropped)  // (those the acceptor logs, rate-limited)
+      std::fprintf(stderr, "manta head: dropped %s (%s): %s\n", c->node_id.empty() ? "a peer" : c->node_id.c_str(),
+                   where.c_str(), e.what());
     finish(e.what());
   }
 }

@@ -484,7 +484,7 @@ std::string head_state::nodes_json() const {
     if (!m->driver) continue;
     const std::string& runtime = m->joined_as.id;
     if (!runtime.empty() &&
-        std::any_of(nodes_.begin(), nodes_.end(), [&](const node_state& n) { return n.id == runtime && n.alive; }))
+        std::any_of(nodes_.begin(), nodes_.end(), [&](const node_state& n) { return n.id == runtime; }))
       continue;
     drivers.push_back({{"id", m->node_id},
                        {"node_id", runtime},

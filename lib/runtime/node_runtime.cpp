@@ -431,25 +431,21 @@ void node_runtime::serve_cluster(const std::string& address, const std::string& 
 }
 
 void node_runtime::forward_output(pid_t pid, bool err, std::string_view lines) {
-  std::string driver;
-  {
-    scheduler_lock lock(*this);
-    const std::uint16_t origin = sched_->origin_of_process(pid);
-    if (origin != 0 && origin < origins_.size()) driver = origins_[origin];
-  }
-  if (driver.empty() || !cluster_ || cluster_->ended()) return;
+  // The output thread: it takes no lock of the scheduler's (the lock order
+  // puts the context lock first, and shutdown waits for this thread). It
+  // queues; the I/O thread attributes the lines and sends them.
   // Bounded as a terminal is: at most 1 MiB a second leaves for the drivers;
   // past that, lines are counted, and the count is sent once the second is over.
-  char node[9];  // (this runtime's node_id(), on a thread without a context)
-  std::snprintf(node, sizeof node, "%08x", epoch_);
   const auto now = std::chrono::steady_clock::now();
-  std::string dropped_note;
   {
-    std::lock_guard lock(output_budget_mu_);
+    std::lock_guard lock(output_mu_);
     if (now - output_window_ >= std::chrono::seconds(1)) {
       if (output_dropped_ > 0)
-        dropped_note = "(manta) " + std::to_string(output_dropped_) + " bytes of output on node " + node +
-                       " were not sent (more than 1 MiB a second); its worker logs keep them\n";
+        waiting_output_.push_back({pid, true,
+                                   "(manta) " + std::to_string(output_dropped_) +
+                                       " bytes of output were not sent (more than 1 MiB a second); the node's worker "
+                                       "logs keep them\n",
+                                   true});
       output_window_ = now;
       output_sent_ = 0;
       output_dropped_ = 0;
@@ -459,11 +455,30 @@ void node_runtime::forward_output(pid_t pid, bool err, std::string_view lines) {
       return;
     }
     output_sent_ += lines.size();
+    waiting_output_.push_back({pid, err, std::string(lines), false});
   }
-  if (!dropped_note.empty())
-    cluster_->send_control(bridge::frame_type::output, bridge::encode_output({driver, node, 0, true, dropped_note}));
-  cluster_->send_control(bridge::frame_type::output,
-                         bridge::encode_output({driver, node, static_cast<std::int32_t>(pid), err, std::string(lines)}));
+  output_waiting_.store(true, std::memory_order_release);
+  wake_io();
+}
+
+void node_runtime::send_waiting_output() {
+  std::vector<waiting_lines> batch;
+  {
+    std::lock_guard lock(output_mu_);
+    batch.swap(waiting_output_);
+    output_waiting_.store(false, std::memory_order_relaxed);
+  }
+  char node[9];  // this runtime's node_id()
+  std::snprintf(node, sizeof node, "%08x", epoch_);
+  scheduler_lock lock(*this);  // (cluster_ and origins_ are read under it)
+  if (!cluster_ || cluster_->ended()) return;
+  for (auto& w : batch) {
+    const std::uint16_t origin = sched_->origin_of_process(w.pid);
+    if (origin == 0 || origin >= origins_.size()) continue;  // no driver's task ran there: the node's log has it
+    cluster_->send_control(bridge::frame_type::output,
+                           bridge::encode_output({origins_[origin], node, w.note ? 0 : static_cast<std::int32_t>(w.pid),
+                                                  w.err, std::move(w.lines)}));
+  }
 }
 
 void node_runtime::print_remote_output(const bridge::remote_output& o) {

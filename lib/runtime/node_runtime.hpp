@@ -299,12 +299,23 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// indexes it; under the scheduler's lock). Which one a thread's next
   /// submission serves is that thread's own (set_origin).
   std::vector<std::string> origins_{std::string()};
-  /// A node of a cluster: sends lines process `pid` printed to the driver
-  /// whose task it ran last, within a budget (the output thread's sink).
+  /// A node of a cluster: queues lines process `pid` printed, within a
+  /// budget, for the I/O thread to send (the output thread's sink).
   void forward_output(pid_t pid, bool err, std::string_view lines);
-  std::mutex output_budget_mu_;  // the three below
+  /// Sends what forward_output queued to the driver whose task each process
+  /// runs, or ran last (the I/O thread).
+  void send_waiting_output();
+  struct waiting_lines {
+    pid_t pid;
+    bool err;
+    std::string lines;
+    bool note;  ///< the runtime's own note (how much was held back), not the process's lines
+  };
+  std::mutex output_mu_;  // the four below
+  std::vector<waiting_lines> waiting_output_;
   std::chrono::steady_clock::time_point output_window_{};
   std::size_t output_sent_ = 0, output_dropped_ = 0;
+  std::atomic<bool> output_waiting_{false};
   bool cluster_can_run(const task_spec& t) override;
 
   // node_runtime.cpp: objects and submissions

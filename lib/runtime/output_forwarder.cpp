@@ -119,6 +119,7 @@ output_forwarder::output_forwarder(std::string log_dir, log_limits limits)
   ipc::make_pipe(wake_, 0);
   for (int fd : {epoll_fd_, wake_[0], wake_[1]}) ipc::own_fd(fd);
   ipc::set_nonblocking(wake_[0], true);
+  ipc::set_nonblocking(wake_[1], true);
   epoll_event ev{EPOLLIN, {.fd = wake_[0]}};
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_[0], &ev);
   thread_ = std::thread([this] {
@@ -174,14 +175,16 @@ void output_forwarder::set_sink(line_sink sink) {
 }
 
 void output_forwarder::print(bool err, std::string lines) {
+  bool was_empty;
   {
     std::lock_guard lock(mu_);
     std::string& to = printed_[err ? 1 : 0];
     if (to.size() + lines.size() > max_pending) return;  // (queue() counts what it drops; this is rarer still)
+    was_empty = printed_[0].empty() && printed_[1].empty();
     to += lines;
   }
-  char one = 1;
-  [[maybe_unused]] auto n = ::write(wake_[1], &one, 1);
+  char one = 1;  // (the pipe does not block: a full one is awake already)
+  if (was_empty) [[maybe_unused]] auto n = ::write(wake_[1], &one, 1);
 }
 
 bool output_forwarder::forward(int fd, stream& s, const line_sink* sink) {

@@ -113,6 +113,7 @@ void scheduler::spawned(int slot, pid_t pid, int to_process, int from_process) {
   w.place.expected_ns = 0;
   w.place.awaiting.clear();
   w.place.holds_cpu = false;
+  w.place.last_origin = 0;  // (a new process: nothing of the last one's tasks)
   if (w.place.ahead)
     for (int i = 0; i < 2; ++i) w.place.ahead[i].store(0, std::memory_order_relaxed);  // (keys of the process before)
   w.place.usable = !w.actor;
@@ -358,7 +359,11 @@ void scheduler::lose_node(const std::string& why) {
 
 std::uint16_t scheduler::origin_of_process(pid_t pid) const {
   for (const auto& w : links_)
-    if (w && w->pid == pid) return w->place.last_origin;
+    if (w && w->pid == pid) {
+      // The task it runs (the first sent of those it has), else the last it ran.
+      for (const task_spec* t : w->place.in_flight) return t->origin;
+      return w->place.last_origin;
+    }
   return 0;
 }
 
