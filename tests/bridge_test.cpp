@@ -372,6 +372,38 @@ TEST(bridge_wire, an_object_note_carries_the_error_of_an_object_that_failed_or_c
   EXPECT_THROW(decode_object_note(R"({"object":"a","node":"b","why":"c","error":{"kind":1}})"), wire_error);
 }
 
+// ---- sending to a slow reader (issue 31, defect 1: a node reading slower
+// than an 8 MiB part a ~6 s lost its connection while it read)
+
+TEST(bridge_send, a_slow_reader_that_keeps_reading_is_waited_for_and_one_that_stops_is_not) {
+  int pair[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair), 0);
+  int small = 16 << 10;
+  ::setsockopt(pair[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  ::setsockopt(pair[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+  const std::string payload(1 << 20, 'x');
+  std::atomic<std::size_t> got{0};
+  std::thread reader([&] {  // 8 KiB every 10 ms (about 1.3 s for the payload), then it stops reading
+    char buf[8192];
+    while (got < payload.size()) {
+      ssize_t n = ::read(pair[1], buf, sizeof buf);
+      if (n <= 0) break;
+      got += static_cast<std::size_t>(n);
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  const std::string_view piece = payload;
+  // The deadline (200 ms) passes long before the end; the reader's progress moves it.
+  EXPECT_NO_THROW(send_all(pair[0], std::span<const std::string_view>(&piece, 1), io_clock::now() + 200ms, 2s));
+  reader.join();
+  EXPECT_EQ(got, payload.size());
+  // Nobody reads now: the send fails once nothing left for the stall limit.
+  EXPECT_THROW(send_all(pair[0], std::span<const std::string_view>(&piece, 1), io_clock::now() + 200ms, 500ms),
+               io_error);
+  ::close(pair[0]);
+  ::close(pair[1]);
+}
+
 // ---- the token file
 
 class bridge_token : public ::testing::Test {

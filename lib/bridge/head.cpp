@@ -82,6 +82,9 @@ struct head::connection : head_state::member {
   enum : int { handshaking, proved, dropped };
   std::atomic<int> stage{handshaking};
   std::string host;  ///< the peer's address without its port
+  /// A peer reading slowly is waited for while it reads; one that stops
+  /// reading for this long is dropped (the head's silence limit).
+  std::chrono::milliseconds stall{};
   io_clock::time_point accepted = io_clock::now();
 
   // What goes out, written by a thread of its own: no thread of the head ever
@@ -159,7 +162,7 @@ struct head::connection : head_state::member {
         }
         bool ok = true;
         try {
-          send_all(fd, pieces, io_clock::now() + send_limit_for(bytes));
+          send_all(fd, pieces, io_clock::now() + send_limit_for(bytes), stall);
         } catch (const std::exception&) {
           ok = false;
         }
@@ -277,6 +280,7 @@ void head::accept_loop() {
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     auto c = std::make_shared<connection>();
     c->fd = fd;
+    c->stall = cfg_.lost_after;
     std::lock_guard lock(mu_);
     // Connections that ended (tools' requests, lost nodes) go: their threads are joined.
     std::erase_if(connections_, [](const std::shared_ptr<connection>& old) {

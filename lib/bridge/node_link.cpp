@@ -137,7 +137,10 @@ void node_link::send_encoded(std::string_view frames) {
 void node_link::send_locked(std::string_view header, std::string_view body) {
   sending_.store(true, std::memory_order_release);
   try {
-    send_all(fd_, header, body, io_clock::now() + send_limit_for(body.size()));
+    // A head that reads slowly (it paces a long frame by its receiver's speed)
+    // is waited for while it reads; one that stops reading for the silence limit is lost.
+    const std::string_view pieces[] = {header, body};
+    send_all(fd_, pieces, io_clock::now() + send_limit_for(body.size()), silence_limit_);
   } catch (const io_error&) {
     // Part of a frame may have left: the link cannot go on. Its reader sees it
     // closed and ends it (on_end), so nothing waits on a frame that never arrives.

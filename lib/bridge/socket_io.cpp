@@ -41,7 +41,11 @@ void send_all(int fd, std::string_view first, std::string_view second, io_clock:
 }
 
 void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until) {
-  if (tls_send_all(fd, pieces, until)) return;  // (a TLS connection)
+  send_all(fd, pieces, until, io_clock::duration{});
+}
+
+void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until, io_clock::duration stall) {
+  if (tls_send_all(fd, pieces, until, stall)) return;  // (a TLS connection)
   std::size_t piece = 0, at = 0;  // the first byte not sent yet
   for (;;) {
     while (piece < pieces.size() && at == pieces[piece].size()) ++piece, at = 0;
@@ -63,6 +67,7 @@ void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_p
         left -= here;
         if (at == pieces[piece].size()) ++piece, at = 0;
       }
+      if (stall.count() > 0) until = std::max(until, io_clock::now() + stall);  // it moves: more time
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

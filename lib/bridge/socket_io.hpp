@@ -28,6 +28,10 @@ void send_all(int fd, std::string_view bytes, io_clock::time_point until);
 void send_all(int fd, std::string_view first, std::string_view second, io_clock::time_point until);
 /// Sends all of `pieces` in order (several frames in one call) before `until`. @throws io_error
 void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until);
+/// The same, and each time bytes leave, the deadline moves to `stall` from
+/// then if that is later: a slow reader that keeps reading is waited for; one
+/// that stops reading fails the send `stall` after its last byte.
+void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until, io_clock::duration stall);
 
 enum class receive_status { frame, timeout, closed, woken };
 

@@ -188,7 +188,8 @@ void close_socket(int fd) noexcept {
   ::close(fd);
 }
 
-bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until) {
+bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until,
+                  io_clock::duration stall) {
   std::shared_ptr<session> s = session_of(fd);
   if (!s) return false;
   // Small pieces (a batch of frames) go as one record, not one each.
@@ -218,6 +219,7 @@ bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::ti
       }
       if (n > 0) {
         at += static_cast<std::size_t>(n);
+        if (stall.count() > 0) until = std::max(until, io_clock::now() + stall);  // it moves: more time
         continue;
       }
       if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
