@@ -439,6 +439,7 @@ void node_runtime::forward_output(pid_t pid, bool err, std::string_view lines) {
   const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(output_mu_);
+    const std::size_t before = waiting_output_.size();
     if (now - output_window_ >= std::chrono::seconds(1)) {
       if (output_dropped_ > 0)
         waiting_output_.push_back({pid, true,
@@ -452,10 +453,11 @@ void node_runtime::forward_output(pid_t pid, bool err, std::string_view lines) {
     }
     if (output_sent_ + lines.size() > (1u << 20)) {
       output_dropped_ += lines.size();
-      return;
+    } else {
+      output_sent_ += lines.size();
+      waiting_output_.push_back({pid, err, std::string(lines), false});
     }
-    output_sent_ += lines.size();
-    waiting_output_.push_back({pid, err, std::string(lines), false});
+    if (waiting_output_.size() == before) return;  // (dropped, and no note due yet)
   }
   output_waiting_.store(true, std::memory_order_release);
   wake_io();
