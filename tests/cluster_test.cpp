@@ -60,6 +60,8 @@ class cluster : public ::testing::Test {
   }
 
   void TearDown() override {
+    // A failure shows what the head saw (why it dropped whom): its log goes with the directory.
+    if (HasFailure()) std::printf("--- head.log:\n%s", slurp(dir_ + "/head.log").c_str());
     for (pid_t p : tagged(tag_)) ::kill(p, SIGKILL);
     for (pid_t p : children_) ::waitpid(p, nullptr, 0);
     ::unsetenv("CLUSTER_TAG");

@@ -21,6 +21,12 @@
 
 namespace manta::testing {
 
+namespace {
+// A test that ctest kills at its TIMEOUT still shows what it printed (its
+// failures so far): stdout into ctest's pipe is otherwise kept in a block buffer.
+[[maybe_unused]] const bool stdout_line_buffered = std::setvbuf(stdout, nullptr, _IOLBF, 0) == 0;
+}  // namespace
+
 void runtime_fixture::start(int workers, manta::options o) {
   o.num_workers = workers;
   manta::init(o);

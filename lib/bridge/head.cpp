@@ -81,10 +81,12 @@ struct head::connection : head_state::member {
   /// for a newer connection; the serve thread and the acceptor race for it.
   enum : int { handshaking, proved, dropped };
   std::atomic<int> stage{handshaking};
-  std::string host;  ///< the peer's address without its port
-  /// A peer reading slowly is waited for while it reads; one that stops
-  /// reading for this long is dropped (the head's silence limit).
+  std::string address;  ///< the peer's address (HOST:PORT)
+  std::string host;     ///< the peer's address without its port
+  /// A peer reading slowly is waited for while it reads or speaks; one that
+  /// does neither for this long is dropped (the head's silence limit).
   std::chrono::milliseconds stall{};
+  heard_time heard{io_clock::now()};  ///< when its server thread last read from it
   io_clock::time_point accepted = io_clock::now();
 
   // What goes out, written by a thread of its own: no thread of the head ever
@@ -102,6 +104,7 @@ struct head::connection : head_state::member {
   std::size_t unkept = 0;         // of them, bytes of frames the head does not keep anyway (under out_mu)
   bool writing = false;           // the writer holds a frame it took (under out_mu)
   bool out_closed = false;        // nothing more is queued (under out_mu)
+  std::string send_failed;        // why the writer gave up, if it did (under out_mu)
   std::thread writer;
 
   /// Queues a frame; never blocks. @throws io_error if the connection is
@@ -162,9 +165,14 @@ struct head::connection : head_state::member {
         }
         bool ok = true;
         try {
-          send_all(fd, pieces, io_clock::now() + send_limit_for(bytes), stall);
-        } catch (const std::exception&) {
+          send_all(fd, pieces, io_clock::now() + send_limit_for(bytes), stall, &heard);
+        } catch (const std::exception& e) {
           ok = false;
+          const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(io_clock::now() - heard.load());
+          std::lock_guard lock(out_mu);
+          send_failed = std::string("a send to it failed (") + e.what() +
+                        "; it had read nothing and said nothing for " + std::to_string(quiet.count()) + " ms)";
+          std::fprintf(stderr, "manta head: dropped %s: %s\n", address.c_str(), send_failed.c_str());
         }
         std::lock_guard lock(out_mu);
         writing = false;
@@ -184,6 +192,11 @@ struct head::connection : head_state::member {
   bool wait_below(std::size_t bytes, io_clock::time_point until) {
     std::unique_lock lock(out_mu);
     return out_cv.wait_until(lock, until, [&] { return out_closed || queued <= bytes; });
+  }
+  /// Why the connection ended, seen from its reader: the writer's failure if it had one.
+  std::string closed_why() {
+    std::lock_guard lock(out_mu);
+    return send_failed.empty() ? "its connection closed (the process ended, or its machine)" : send_failed;
   }
   /// Waits until what was queued has been written (or `until`).
   void flush(io_clock::time_point until) {
@@ -295,6 +308,7 @@ void head::accept_loop() {
     // so one address cannot crowd out others), if it had a second for its
     // handshake (a burst of members starting together is not cut short).
     const std::string where = peer_address(fd);
+    c->address = where;
     c->host = where.substr(0, where.rfind(':'));
     const auto now = io_clock::now();
     std::size_t unproved = 0, same_host = 0;
@@ -386,11 +400,13 @@ void head::serve(std::shared_ptr<connection> c) {
       send_all_of(out);
       if (!joined) return;
     }
-    // Heartbeats, answered, tasks and outcomes, until the connection ends or the watcher drops it.
+    // Heartbeats, tasks and outcomes, until the connection ends or the watcher drops it.
     std::size_t seen = in.pending();
     for (;;) {
       receive_status st = receive(c->fd, in, io_clock::now() + progress_every, f, -1);
-      if (st == receive_status::closed) return finish("its connection closed (the process ended, or its machine)");
+      if (st == receive_status::closed) return finish(c->closed_why());
+      if (st == receive_status::frame || in.pending() != seen)
+        c->heard.store(io_clock::now(), std::memory_order_release);
       if (st != receive_status::frame) {
         if (in.pending() != seen) {  // part of a long frame: the peer is alive
           seen = in.pending();
@@ -401,7 +417,6 @@ void head::serve(std::shared_ptr<connection> c) {
       }
       out.clear();
       std::vector<std::shared_ptr<connection>> forwarded_to;
-      bool beat = false;
       {
         std::lock_guard lock(mu_);
         if (c->done) return;  // the watcher declared it lost
@@ -412,7 +427,6 @@ void head::serve(std::shared_ptr<connection> c) {
         std::size_t before = 0;
         try {
           for (int taken = 1;; ++taken) {
-            beat = beat || f.type == frame_type::heartbeat;
             before = out.size();
             const bool part = f.type == frame_type::part;
             state_.take(c, std::move(f), now, out);  // malformed: the connection ends
@@ -435,7 +449,6 @@ void head::serve(std::shared_ptr<connection> c) {
         send_all_of(out);
       }
       seen = in.pending();
-      if (beat) c->send(frame_type::heartbeat, "");
       // A long frame is read no faster than its receiver takes it: the head
       // holds a few parts per receiver, not the whole frame. Meanwhile the
       // sender counts as alive (its bytes wait in the socket).
@@ -458,6 +471,7 @@ void head::serve(std::shared_ptr<connection> c) {
 }
 
 void head::watch_heartbeats() {
+  auto next_beat = io_clock::now();
   for (;;) {
     pollfd w{wake_fd_, POLLIN, 0};
     ::poll(&w, 1, 100);
@@ -468,9 +482,27 @@ void head::watch_heartbeats() {
       std::lock_guard lock(mu_);
       silent = state_.drop_silent(io_clock::now(), out);
       send_all_of(out);  // under the lock, as the serve threads do: in order per peer
+      // Every member hears the head beat on its writer, whatever the head
+      // reads from it: a member whose long frame the head paces (behind a
+      // slow receiver), its own beats queued behind it, still hears the head.
+      if (io_clock::now() >= next_beat) {
+        next_beat = io_clock::now() + heartbeat_every;
+        for (const auto& c : connections_) {
+          if (c->node_id.empty() || c->done) continue;  // (not joined, or lost)
+          try {
+            c->send(frame_type::heartbeat, "");
+          } catch (const std::exception&) {  // its connection is gone: its server thread sees to it
+          }
+        }
+      }
     }
     for (auto& m : silent) {
       auto& c = static_cast<connection&>(*m);
+      std::fprintf(stderr, "manta head: lost %s (%s): nothing from it for %lld ms; last read from it %lld ms ago\n",
+                   m->node_id.c_str(), c.address.c_str(), static_cast<long long>(state_.lost_after().count()),
+                   static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              io_clock::now() - c.heard.load(std::memory_order_acquire))
+                                              .count()));
       // A member that was only frozen (or cut off a while) reads why when it wakes, not "the head was lost".
       try {
         c.send(frame_type::stop, "the head dropped it: no heartbeat for " +

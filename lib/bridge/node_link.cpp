@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
 
 #include <nlohmann/json.hpp>
 
@@ -90,14 +91,26 @@ node_link::node_link(const std::string& address, const std::string& token, node_
     close_socket(fd_);
     throw join_error(std::string("manta: eventfd: ") + std::strerror(errno));
   }
-  thread_ = std::thread([this] {
-    observe::name_runtime_thread("manta-link");
-    run();
-  });
+  try {
+    beats_ = std::thread([this] {
+      observe::name_runtime_thread("manta-beat");
+      beat();
+    });
+    thread_ = std::thread([this] {
+      observe::name_runtime_thread("manta-link");
+      run();
+    });
+  } catch (const std::system_error& e) {  // no thread to be had
+    stop_beats();
+    close_socket(fd_);
+    ::close(wake_fd_);
+    throw join_error(std::string("manta: cannot start the link's threads: ") + e.what());
+  }
 }
 
 node_link::~node_link() {
   wake(wake_fd_);
+  stop_beats();
   // Destroyed from its own on_end: run() touches nothing after the callback.
   if (thread_.get_id() == std::this_thread::get_id())
     thread_.detach();
@@ -105,6 +118,31 @@ node_link::~node_link() {
     thread_.join();
   close_socket(fd_);
   ::close(wake_fd_);
+}
+
+void node_link::stop_beats() {
+  {
+    std::lock_guard lock(beat_mu_);
+    beats_stopped_ = true;
+  }
+  beat_cv_.notify_all();
+  if (beats_.joinable()) beats_.join();
+}
+
+void node_link::beat() {
+  std::unique_lock lock(beat_mu_);
+  while (!beat_cv_.wait_for(lock, heartbeat_every, [&] { return beats_stopped_; })) {
+    // Never behind another thread's long frame, nor into a full socket (the
+    // head paces us): either says this member lives (the head counts the
+    // bytes it reads, and its pauses).
+    std::unique_lock sending(send_mu_, std::try_to_lock);
+    if (!sending || !writable_now(fd_)) continue;
+    try {
+      send_locked(frame_header(frame_type::heartbeat, 0), {});
+    } catch (const io_error&) {  // the link is down: its reader ends it
+      return;
+    }
+  }
 }
 
 void node_link::send(frame_type type, std::span<const std::string_view> pieces) {
@@ -135,20 +173,24 @@ void node_link::send_encoded(std::string_view frames) {
 }
 
 void node_link::send_locked(std::string_view header, std::string_view body) {
-  sending_.store(true, std::memory_order_release);
   try {
     // A head that reads slowly (it paces a long frame by its receiver's speed)
-    // is waited for while it reads; one that stops reading for the silence limit is lost.
+    // is waited for while it reads or beats; one silent both ways for the silence limit is lost.
     const std::string_view pieces[] = {header, body};
-    send_all(fd_, pieces, io_clock::now() + send_limit_for(body.size()), silence_limit_);
-  } catch (const io_error&) {
+    send_all(fd_, pieces, io_clock::now() + send_limit_for(body.size()), silence_limit_, &last_heard_);
+  } catch (const io_error& e) {
     // Part of a frame may have left: the link cannot go on. Its reader sees it
-    // closed and ends it (on_end), so nothing waits on a frame that never arrives.
-    sending_.store(false, std::memory_order_release);
+    // closed and ends it (on_end, saying why), so nothing waits on a frame that never arrives.
+    const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(io_clock::now() - last_heard_.load());
+    {
+      std::lock_guard lock(why_mu_);
+      if (send_failed_.empty())
+        send_failed_ = std::string("a send to it failed (") + e.what() + "; it had read nothing and said nothing for " +
+                       std::to_string(quiet.count()) + " ms)";
+    }
     ::shutdown(fd_, SHUT_RDWR);
     throw;
   }
-  sending_.store(false, std::memory_order_release);
 }
 
 void node_link::run() {
@@ -157,29 +199,22 @@ void node_link::run() {
   try {
     frame_decoder& in = in_;  // (what came with `joined` is in it already)
     auto last_heard = io_clock::now();
-    auto next_beat = io_clock::now();
     std::size_t seen = in.pending();
     for (;;) {
-      if (io_clock::now() >= next_beat) {
-        // Never behind another thread's long frame: that frame says this member
-        // lives (the head counts its bytes), and this thread must keep reading.
-        std::unique_lock lock(send_mu_, std::try_to_lock);
-        if (lock) send_locked(frame_header(frame_type::heartbeat, 0), {});
-        next_beat = io_clock::now() + heartbeat_every;
-      }
       frame_view v;  // parts go from the read buffer into their long frame: one copy
-      receive_status st = receive_view(fd_, in, next_beat, v, wake_fd_);
+      receive_status st = receive_view(fd_, in, io_clock::now() + heartbeat_every, v, wake_fd_);
       if (st == receive_status::woken) return;  // the link is being destroyed: no callback
       if (st == receive_status::closed) {
         why = "the head was lost (its connection closed)";
         break;
       }
+      // The head beats on its own (not in answer to ours, which may wait behind
+      // a long frame of ours): only its silence loses it, whatever we send.
       if (st != receive_status::frame && in.pending() != seen) last_heard = io_clock::now();  // a long frame arrives
-      // While a frame of ours streams out, the head's answers wait behind it: silence is no sign of loss.
-      if (sending_.load(std::memory_order_acquire)) last_heard = io_clock::now();
       seen = in.pending();
+      if (st == receive_status::frame) last_heard = io_clock::now();
+      last_heard_.store(last_heard, std::memory_order_release);
       if (st == receive_status::frame) {
-        last_heard = io_clock::now();
         if (v.type == frame_type::stop) {
           why = v.body.empty() ? "the cluster was stopped" : std::string(v.body);
           if (on_frames_ && !batch.empty()) on_frames_(std::exchange(batch, {}));  // (what came before the stop)
@@ -201,6 +236,12 @@ void node_link::run() {
   } catch (const std::exception& e) {
     why = std::string("the head was lost: ") + e.what();
   }
+  {
+    std::lock_guard lock(why_mu_);  // (a failed send closed the connection: that is why)
+    if (!send_failed_.empty() && why.rfind("the head was lost", 0) == 0) why = "the head was lost: " + send_failed_;
+  }
+  // A send under way (a long frame to a frozen head) fails now, not at its own deadline.
+  ::shutdown(fd_, SHUT_RDWR);
   // What arrived of long frames never finishes now: its room (arena extents, for a landing) goes at once.
   parts_.clear();
   // Whole frames that came before a malformed one still count (outcomes of finished tasks).

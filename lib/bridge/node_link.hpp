@@ -1,12 +1,15 @@
 // bridge/node_link.hpp: a member's one connection to the head (a node's, or
 // a driver's): it proves the token (bridge/auth), joins (its host, pid,
 // resources and the names its binary registered), sends a heartbeat every
-// half second and hands on what the head sends. The head's silence past
-// silence_limit(), or its connection's end, ends the link, saying why.
+// half second (from a thread of its own: landing a long frame's part can take
+// seconds under load) and hands on what the head sends. The head's silence
+// past silence_limit() (it beats every half second too), or its connection's
+// end, ends the link, saying why.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "bridge/head_state.hpp"
+#include "bridge/socket_io.hpp"
 #include "bridge/wire.hpp"
 
 namespace manta::bridge {
@@ -65,14 +69,21 @@ class node_link {
   void stop_sending() noexcept { closing_.store(true, std::memory_order_release); }
 
  private:
-  void run();
+  void run();   ///< reads what the head sends (the link's thread)
+  void beat();  ///< heartbeats, until stop_beats (a thread of its own)
+  void stop_beats();
 
   /// Sends a frame (send_mu_ held); a failure shuts the connection down.
   void send_locked(std::string_view header, std::string_view body);
 
   int fd_ = -1;
-  std::mutex send_mu_;                ///< the link's thread (heartbeats) and senders
-  std::atomic<bool> sending_{false};  ///< a frame is on its way out
+  std::mutex send_mu_;  ///< the link's thread (heartbeats) and senders
+  /// When the link's thread last heard the head: a send the head paces (it
+  /// reads us no faster than our frame's receiver takes it) waits while the
+  /// head still speaks.
+  heard_time last_heard_{io_clock::now()};
+  std::mutex why_mu_;
+  std::string send_failed_;  ///< why a send failed and closed the link (under why_mu_)
   int wake_fd_ = -1;
   frame_decoder in_;      ///< the connection's, from the handshake on
   part_assembler parts_;  ///< long frames from the head (the link's thread)
@@ -82,6 +93,10 @@ class node_link {
   std::function<void(const std::string&)> on_end_;
   std::function<void(std::vector<frame>&&)> on_frames_;
   const std::chrono::milliseconds silence_limit_ = silence_limit();  ///< the head's silence that loses it
+  std::mutex beat_mu_;
+  std::condition_variable beat_cv_;
+  bool beats_stopped_ = false;  ///< under beat_mu_
+  std::thread beats_;
   std::thread thread_;
 };
 

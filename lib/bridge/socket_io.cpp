@@ -21,13 +21,29 @@
 #include "bridge/tls.hpp"
 
 namespace manta::bridge {
-namespace {
 
 int left_ms(io_clock::time_point until) {
   if (until == io_clock::time_point::max()) return -1;
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - io_clock::now()).count();
   return ms > 0 ? static_cast<int>(std::min<long long>(ms, 1 << 30)) : 0;
 }
+
+int send_wait_ms(io_clock::time_point until, const heard_time* heard) {
+  const int left = left_ms(until);
+  return heard && (left < 0 || left > 250) ? 250 : left;
+}
+
+bool send_ran_out(io_clock::time_point& until, io_clock::duration stall, const heard_time* heard) {
+  if (heard) until = std::max(until, heard->load(std::memory_order_acquire) + stall);
+  return io_clock::now() >= until;
+}
+
+bool writable_now(int fd) {
+  pollfd p{fd, POLLOUT, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLOUT);
+}
+
+namespace {
 
 std::string why(int e) { return std::strerror(e); }
 
@@ -44,8 +60,9 @@ void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_p
   send_all(fd, pieces, until, io_clock::duration{});
 }
 
-void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until, io_clock::duration stall) {
-  if (tls_send_all(fd, pieces, until, stall)) return;  // (a TLS connection)
+void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until, io_clock::duration stall,
+              const heard_time* heard) {
+  if (tls_send_all(fd, pieces, until, stall, heard)) return;  // (a TLS connection)
   std::size_t piece = 0, at = 0;  // the first byte not sent yet
   for (;;) {
     while (piece < pieces.size() && at == pieces[piece].size()) ++piece, at = 0;
@@ -73,8 +90,8 @@ void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_p
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       pollfd p{fd, POLLOUT, 0};
-      int ready = ::poll(&p, 1, left_ms(until));
-      if (ready == 0) throw io_error("manta bridge: a send timed out");
+      int ready = ::poll(&p, 1, send_wait_ms(until, heard));
+      if (ready == 0 && send_ran_out(until, stall, heard)) throw io_error("manta bridge: a send timed out");
       continue;
     }
     throw io_error("manta bridge: the connection broke: " + why(errno));

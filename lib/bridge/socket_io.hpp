@@ -3,6 +3,7 @@
 // the peer closed, or another thread asked to stop), connecting and listening.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <span>
 #include <stdexcept>
@@ -28,10 +29,27 @@ void send_all(int fd, std::string_view bytes, io_clock::time_point until);
 void send_all(int fd, std::string_view first, std::string_view second, io_clock::time_point until);
 /// Sends all of `pieces` in order (several frames in one call) before `until`. @throws io_error
 void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until);
+/// When another thread last heard the peer (a frame or bytes from it): set by
+/// the connection's reader, read by its senders.
+using heard_time = std::atomic<io_clock::time_point>;
 /// The same, and each time bytes leave, the deadline moves to `stall` from
 /// then if that is later: a slow reader that keeps reading is waited for; one
-/// that stops reading fails the send `stall` after its last byte.
-void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until, io_clock::duration stall);
+/// that stops reading fails the send `stall` after its last byte. With
+/// `heard`, the deadline also moves to `stall` after the peer was last heard:
+/// a peer that paces what it reads from us (behind a slow receiver of its own)
+/// but still speaks is waited for.
+void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until, io_clock::duration stall,
+              const heard_time* heard = nullptr);
+
+// For the sends here and in bridge/tls: milliseconds left to `until` (-1: no
+// limit); how long one wait of a send may be (short while `heard` may move
+// the deadline); whether a waiting send ran out of time (moving `until` by `heard` first).
+int left_ms(io_clock::time_point until);
+int send_wait_ms(io_clock::time_point until, const heard_time* heard);
+bool send_ran_out(io_clock::time_point& until, io_clock::duration stall, const heard_time* heard);
+
+/// Whether a short send to `fd` would go without waiting (its socket has room).
+bool writable_now(int fd);
 
 enum class receive_status { frame, timeout, closed, woken };
 

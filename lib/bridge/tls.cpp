@@ -58,18 +58,12 @@ std::string ssl_errors(const char* fallback) {
   return out.empty() ? fallback : out;
 }
 
-int left_ms(io_clock::time_point until) {
-  if (until == io_clock::time_point::max()) return -1;
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(until - io_clock::now()).count();
-  return ms > 0 ? static_cast<int>(std::min<long long>(ms, 1 << 30)) : 0;
-}
-
-/// Waits until `fd` is ready for what `ssl_error` (WANT_READ or WANT_WRITE) asks.
+/// Waits up to `timeout_ms` until `fd` is ready for what `ssl_error` (WANT_READ or WANT_WRITE) asks.
 /// @returns false if the time ran out
-bool wait_for(int fd, int ssl_error, io_clock::time_point until) {
+bool wait_for(int fd, int ssl_error, int timeout_ms) {
   pollfd p{fd, static_cast<short>(ssl_error == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN), 0};
   for (;;) {
-    int ready = ::poll(&p, 1, left_ms(until));
+    int ready = ::poll(&p, 1, timeout_ms);
     if (ready > 0) return true;
     if (ready == 0) return false;
     if (errno != EINTR) throw io_error(std::string("manta bridge: poll: ") + std::strerror(errno));
@@ -140,7 +134,7 @@ void start_tls(int fd, const tls_context& ctx, bool as_head, const std::string& 
     if (r == 1) break;
     const int e = SSL_get_error(s->ssl, r);
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-      if (!wait_for(fd, e, until)) throw io_error("manta bridge: the TLS handshake timed out");
+      if (!wait_for(fd, e, left_ms(until))) throw io_error("manta bridge: the TLS handshake timed out");
       continue;
     }
     const bool closed = e == SSL_ERROR_SYSCALL || e == SSL_ERROR_ZERO_RETURN;
@@ -189,7 +183,7 @@ void close_socket(int fd) noexcept {
 }
 
 bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until,
-                  io_clock::duration stall) {
+                  io_clock::duration stall, const heard_time* heard) {
   std::shared_ptr<session> s = session_of(fd);
   if (!s) return false;
   // Small pieces (a batch of frames) go as one record, not one each.
@@ -223,7 +217,8 @@ bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::ti
         continue;
       }
       if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
-        if (!wait_for(fd, e, until)) throw io_error("manta bridge: a send timed out");
+        if (!wait_for(fd, e, send_wait_ms(until, heard)) && send_ran_out(until, stall, heard))
+          throw io_error("manta bridge: a send timed out");
         continue;
       }
       throw io_error("manta bridge: the TLS connection broke: " + ssl_errors(std::strerror(errno)));

@@ -60,7 +60,7 @@ void close_socket(int fd) noexcept;
 // For bridge/socket_io: the same as its functions, through `fd`'s session.
 // Each returns false at once (doing nothing) when `fd` has none.
 bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until,
-                  io_clock::duration stall = {});
+                  io_clock::duration stall = {}, const heard_time* heard = nullptr);
 bool tls_read_into(int fd, frame_decoder& in, io_clock::time_point until, int wake_fd, receive_status& status);
 
 }  // namespace manta::bridge
