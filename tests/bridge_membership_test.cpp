@@ -423,6 +423,32 @@ TEST(bridge_pacing, a_head_frozen_while_a_member_sends_a_long_frame_is_lost) {
   exit_code(head_pid);
 }
 
+// ...but a member whose reader is stuck (a callback that never returns) stops
+// beating once it is stuck past its silence limit, and the head loses it, as
+// a frozen one. (Found in review: its beats, from a thread of their own, kept
+// it listed alive, and the head's writer waited on it for ever.)
+TEST(bridge_pacing, a_member_whose_reader_is_stuck_is_lost) {
+  head h({.token = token, .lost_after = 1500ms});
+  silence_limit_of one_second("1");
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> stuck{false};
+  node_link node(at(h), token, a_node(), nullptr, [&](std::vector<frame>&&) {
+    stuck = true;
+    released.wait_for(60s);  // (bounded: the test releases it)
+  });
+  node_info as_driver = a_node();
+  as_driver.role = "driver";
+  node_link driver(at(h), token, as_driver, nullptr);
+  const long_task task(1000);
+  task.send_by(driver);
+  EXPECT_TRUE(manta::testing::eventually([&] { return stuck.load(); }, 20s));
+  EXPECT_TRUE(manta::testing::eventually([&] { return !h.nodes()[0].alive; }, 20s))
+      << "a member that reads nothing stays listed alive";
+  EXPECT_NE(h.nodes()[0].lost_why.find("no heartbeat"), std::string::npos) << h.nodes()[0].lost_why;
+  release.set_value();
+}
+
 // ---- the command line: manta start --head, status, stop
 
 std::string sh(const std::string& cmd) { return manta::testing::shell_output(cmd); }

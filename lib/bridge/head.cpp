@@ -166,13 +166,15 @@ struct head::connection : head_state::member {
         bool ok = true;
         try {
           send_all(fd, pieces, io_clock::now() + send_limit_for(bytes), stall, &heard);
-        } catch (const std::exception& e) {
+        } catch (const send_timeout&) {  // the head's decision: said in its log and in the node table
           ok = false;
           const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(io_clock::now() - heard.load());
           std::lock_guard lock(out_mu);
-          send_failed = std::string("a send to it failed (") + e.what() +
-                        "; it had read nothing and said nothing for " + std::to_string(quiet.count()) + " ms)";
+          send_failed = "a send to it timed out: it had read nothing and said nothing for " +
+                        std::to_string(quiet.count()) + " ms";
           std::fprintf(stderr, "manta head: dropped %s: %s\n", address.c_str(), send_failed.c_str());
+        } catch (const std::exception&) {  // (the connection broke: its reader sees it closed)
+          ok = false;
         }
         std::lock_guard lock(out_mu);
         writing = false;
@@ -459,6 +461,7 @@ void head::serve(std::shared_ptr<connection> c) {
           std::lock_guard lock(mu_);
           if (c->done) return;
           state_.heard(*c, io_clock::now());
+          c->heard.store(io_clock::now(), std::memory_order_release);  // (its bytes wait for us: it speaks)
         }
       }
     }

@@ -100,7 +100,7 @@ node_link::node_link(const std::string& address, const std::string& token, node_
       observe::name_runtime_thread("manta-link");
       run();
     });
-  } catch (const std::system_error& e) {  // no thread to be had
+  } catch (const std::exception& e) {  // no thread to be had
     stop_beats();
     close_socket(fd_);
     ::close(wake_fd_);
@@ -132,16 +132,24 @@ void node_link::stop_beats() {
 void node_link::beat() {
   std::unique_lock lock(beat_mu_);
   while (!beat_cv_.wait_for(lock, heartbeat_every, [&] { return beats_stopped_; })) {
-    // Never behind another thread's long frame, nor into a full socket (the
-    // head paces us): either says this member lives (the head counts the
-    // bytes it reads, and its pauses).
-    std::unique_lock sending(send_mu_, std::try_to_lock);
-    if (!sending || !writable_now(fd_)) continue;
-    try {
-      send_locked(frame_header(frame_type::heartbeat, 0), {});
-    } catch (const io_error&) {  // the link is down: its reader ends it
-      return;
+    // A reader stuck past the silence limit (a callback that never returns)
+    // silences the member: the head loses it, as it would a frozen one.
+    if (io_clock::now() - reader_looped_.load(std::memory_order_acquire) > silence_limit_) continue;
+    lock.unlock();  // (stop_beats never waits on a send)
+    {
+      // Never behind another thread's long frame, nor into a full socket (the
+      // head paces us): either says this member lives (the head counts the
+      // bytes it reads, and its pauses).
+      std::unique_lock sending(send_mu_, std::try_to_lock);
+      if (sending && writable_now(fd_)) {
+        try {
+          send_locked(frame_header(frame_type::heartbeat, 0), {});
+        } catch (const io_error&) {  // the link is down: its reader ends it
+          return;
+        }
+      }
     }
+    lock.lock();
   }
 }
 
@@ -178,16 +186,19 @@ void node_link::send_locked(std::string_view header, std::string_view body) {
     // is waited for while it reads or beats; one silent both ways for the silence limit is lost.
     const std::string_view pieces[] = {header, body};
     send_all(fd_, pieces, io_clock::now() + send_limit_for(body.size()), silence_limit_, &last_heard_);
-  } catch (const io_error& e) {
+  } catch (const send_timeout&) {
     // Part of a frame may have left: the link cannot go on. Its reader sees it
     // closed and ends it (on_end, saying why), so nothing waits on a frame that never arrives.
     const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(io_clock::now() - last_heard_.load());
     {
       std::lock_guard lock(why_mu_);
       if (send_failed_.empty())
-        send_failed_ = std::string("a send to it failed (") + e.what() + "; it had read nothing and said nothing for " +
-                       std::to_string(quiet.count()) + " ms)";
+        send_failed_ = "a send to it timed out: it had read nothing and said nothing for " +
+                       std::to_string(quiet.count()) + " ms";
     }
+    ::shutdown(fd_, SHUT_RDWR);
+    throw;
+  } catch (const io_error&) {  // (broken: its reader sees why)
     ::shutdown(fd_, SHUT_RDWR);
     throw;
   }
@@ -201,6 +212,7 @@ void node_link::run() {
     auto last_heard = io_clock::now();
     std::size_t seen = in.pending();
     for (;;) {
+      reader_looped_.store(io_clock::now(), std::memory_order_release);
       frame_view v;  // parts go from the read buffer into their long frame: one copy
       receive_status st = receive_view(fd_, in, io_clock::now() + heartbeat_every, v, wake_fd_);
       if (st == receive_status::woken) return;  // the link is being destroyed: no callback

@@ -77,11 +77,12 @@ class node_link {
   void send_locked(std::string_view header, std::string_view body);
 
   int fd_ = -1;
-  std::mutex send_mu_;  ///< the link's thread (heartbeats) and senders
+  std::mutex send_mu_;  ///< the beat thread and senders
   /// When the link's thread last heard the head: a send the head paces (it
   /// reads us no faster than our frame's receiver takes it) waits while the
   /// head still speaks.
   heard_time last_heard_{io_clock::now()};
+  heard_time reader_looped_{io_clock::now()};  ///< the reader's last turn: a stuck one stops the beats
   std::mutex why_mu_;
   std::string send_failed_;  ///< why a send failed and closed the link (under why_mu_)
   int wake_fd_ = -1;

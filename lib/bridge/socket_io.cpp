@@ -91,7 +91,7 @@ void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_p
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       pollfd p{fd, POLLOUT, 0};
       int ready = ::poll(&p, 1, send_wait_ms(until, heard));
-      if (ready == 0 && send_ran_out(until, stall, heard)) throw io_error("manta bridge: a send timed out");
+      if (ready == 0 && send_ran_out(until, stall, heard)) throw send_timeout();
       continue;
     }
     throw io_error("manta bridge: the connection broke: " + why(errno));

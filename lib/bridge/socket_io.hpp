@@ -21,6 +21,11 @@ class io_error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+/// A send did not finish in time: its peer read nothing (and said nothing) for its limit.
+class send_timeout : public io_error {
+ public:
+  send_timeout() : io_error("manta bridge: a send timed out") {}
+};
 
 /// Sends all of `bytes` before `until`. @throws io_error
 void send_all(int fd, std::string_view bytes, io_clock::time_point until);

@@ -218,7 +218,7 @@ bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::ti
       }
       if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
         if (!wait_for(fd, e, send_wait_ms(until, heard)) && send_ran_out(until, stall, heard))
-          throw io_error("manta bridge: a send timed out");
+          throw send_timeout();
         continue;
       }
       throw io_error("manta bridge: the TLS connection broke: " + ssl_errors(std::strerror(errno)));
