@@ -1,7 +1,7 @@
 // runtime/launch_mpi.cpp: under mpirun, rank 0 passes its head's address and
 // the cluster token to the other ranks over MPI, when manta is built with it
 // (MANTA_HAVE_MPI): the ranks then need no directory they all see. Without
-// MPI, or under srun, they meet through files (cluster.cpp).
+// MPI, or under srun, they meet through files (launch.cpp).
 #include <signal.h>
 
 #include <array>

@@ -317,6 +317,14 @@ class node_runtime final : public process::process_context, public scheduler_hos
   std::size_t output_sent_ = 0, output_dropped_ = 0;
   std::atomic<bool> output_waiting_{false};
   bool cluster_can_run(const task_spec& t) override;
+  /// A node of a cluster: a task submitted here was placed by the head (it
+  /// never spills back) for the driver this thread serves (set_origin).
+  void mark_origin(task_spec& t);
+  /// `t` cannot run on this node (`why`): marks it for the cluster, or
+  /// throws usage_error saying why no node can take it either.
+  void send_elsewhere(task_spec& t, const std::string& why);
+  /// Object `id` of this driver was freed: nodes holding copies drop them.
+  void tell_cluster_freed(const object_id& id);
 
   // node_runtime.cpp: objects and submissions
   object_entry* checked(detail::ref_node* n);
