@@ -19,11 +19,10 @@ inline constexpr std::string_view unplaced_yet = "could not be placed: every nod
 /// Long frames at most that one peer may be sending at once.
 inline constexpr std::size_t max_open_streams = 1024;
 
-// ipc::error_kind's numbers (the bridge does not depend on ipc).
-inline constexpr std::uint8_t kind_actor_died = 2;
-inline constexpr std::uint8_t kind_usage = 4;
-inline constexpr std::uint8_t mode_construct = 3;  // detail::call_mode's
-inline constexpr std::uint8_t kind_node_died = 6;
+using bridge::kind_actor_died;
+using bridge::kind_node_died;
+using bridge::kind_usage;
+using bridge::mode_construct;
 
 /// Where a part's stream number is, and where the task's number is in a first part.
 inline constexpr std::size_t stream_at = 0, first_bytes_at = 8 + 1 + 2 + 8;

@@ -1,6 +1,6 @@
 // bridge/task_wire.cpp: tasks and outcomes as frame bodies:
 // [8-byte id][4-byte header length][binary header][raw bytes]. The small
-// frames (actor ends, lookups, object notes) are JSON: rare, and read by people.
+// frames (actor ends, lookups, object notes, output) have the same layout.
 #include "bridge/task_wire.hpp"
 
 #include <algorithm>
@@ -8,14 +8,10 @@
 #include <cstring>
 #include <type_traits>
 
-#include <nlohmann/json.hpp>
-
 #include "bridge/wire.hpp"
 #include "ipc/frame.hpp"
 
 namespace manta::bridge {
-
-using nlohmann::json;
 
 namespace {
 
@@ -434,102 +430,101 @@ void set_id(std::string& body, std::uint64_t id) {
   std::memcpy(body.data(), &id, sizeof id);
 }
 
+namespace {
+/// The header of a small frame's body (no payload: nothing is allowed past it).
+header_reader small_header(std::string_view body, const char* what) {
+  const parts p = split(body);
+  if (!p.payload.empty()) throw wire_error(std::string("manta bridge: a malformed ") + what + ": bytes past its header");
+  return header_reader(p.header, what);
+}
+}  // namespace
+
 std::string encode_actor_end(const actor_end& e) {
-  json j{{"actor", e.actor}, {"kill", e.kill}};
-  if (!e.why.empty()) j["why"] = e.why;
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  header_writer w(0);
+  w.put(e.actor);
+  w.put(static_cast<std::uint8_t>(e.kill));
+  w.put(e.why);
+  return std::move(w).done();
+}
+
+actor_end decode_actor_end(std::string_view body) {
+  header_reader r = small_header(body, "actor_end");
+  actor_end e;
+  e.actor = r.text();
+  e.kill = r.flag();
+  e.why = r.text();
+  r.end();
+  return e;
 }
 
 std::string encode_actor_lookup(const actor_lookup& l) {
-  return json{{"request", l.request}, {"name", l.name}, {"key", l.key}, {"class_tag", l.class_tag}, {"why", l.why}}
-      .dump(-1, ' ', false, json::error_handler_t::replace);
+  header_writer w(l.request);
+  w.put(l.name);
+  w.put(l.key);
+  w.put(l.class_tag);
+  w.put(l.why);
+  return std::move(w).done();
 }
 
 actor_lookup decode_actor_lookup(std::string_view body) {
-  try {
-    const json j = json::parse(body);
-    return {j.at("request").get<std::uint64_t>(), j.at("name").get<std::string>(), j.at("key").get<std::string>(),
-            j.at("class_tag").get<std::uint64_t>(), j.at("why").get<std::string>()};
-  } catch (const json::exception& e) {
-    throw wire_error(std::string("manta bridge: a malformed actor lookup: ") + e.what());
-  }
+  header_reader r = small_header(body, "actor lookup");
+  actor_lookup l;
+  l.request = peek_id(body);
+  l.name = r.text();
+  l.key = r.text();
+  l.class_tag = r.get<std::uint64_t>();
+  l.why = r.text();
+  r.end();
+  return l;
 }
 
 std::string encode_output(const remote_output& o) {
-  std::string body;
-  auto put_text = [&](const std::string& s) {
-    const auto n = static_cast<std::uint32_t>(s.size());
-    body.append(reinterpret_cast<const char*>(&n), sizeof n);
-    body += s;
-  };
-  put_text(o.driver);
-  put_text(o.node);
-  body.append(reinterpret_cast<const char*>(&o.pid), sizeof o.pid);
-  body += static_cast<char>(o.err ? 1 : 0);
-  body += o.lines;
-  return body;
+  header_writer w(0);
+  w.put(o.driver);
+  w.put(o.node);
+  w.put(o.pid);
+  w.put(static_cast<std::uint8_t>(o.err));
+  return std::move(w).done() + o.lines;
 }
 
 remote_output decode_output(std::string_view body) {
+  const parts p = split(body);
+  header_reader r(p.header, "output frame");
   remote_output o;
-  auto take = [&](void* to, std::size_t n) {
-    if (body.size() < n) throw wire_error("manta bridge: a malformed output frame");
-    std::memcpy(to, body.data(), n);
-    body.remove_prefix(n);
-  };
-  auto text = [&](std::string& to) {
-    std::uint32_t n = 0;
-    take(&n, sizeof n);
-    if (body.size() < n) throw wire_error("manta bridge: a malformed output frame");
-    to.assign(body.substr(0, n));
-    body.remove_prefix(n);
-  };
-  text(o.driver);
-  text(o.node);
-  take(&o.pid, sizeof o.pid);
-  char err = 0;
-  take(&err, 1);
-  o.err = err != 0;
-  o.lines.assign(body);
+  o.driver = r.text();
+  o.node = r.text();
+  o.pid = r.get<std::int32_t>();
+  o.err = r.flag();
+  r.end();
+  o.lines.assign(p.payload);
   return o;
 }
 
 std::string encode_object_note(const object_note& n) {
-  json j{{"object", n.object}, {"node", n.node}, {"why", n.why}};
+  header_writer w(0);
+  w.put(n.object);
+  w.put(n.node);
+  w.put(n.why);
+  w.put(static_cast<std::uint8_t>(n.error.has_value()));
   if (n.error) {
-    const remote_error& e = *n.error;
-    j["error"] = {{"kind", e.kind},         {"type", e.remote_type}, {"message", e.message}, {"function", e.function},
-                  {"chain", e.chain},       {"stack", e.stack},      {"pid", e.pid},         {"signal", e.signal}};
-    j["failed"] = n.failed;
+    put_error(w, *n.error);
+    w.put(static_cast<std::uint8_t>(n.failed));
   }
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return std::move(w).done();
 }
 
 object_note decode_object_note(std::string_view body) {
-  try {
-    const json j = json::parse(body);
-    object_note n{j.at("object").get<std::string>(), j.at("node").get<std::string>(), j.at("why").get<std::string>()};
-    if (j.contains("error")) {
-      const json& e = j.at("error");
-      n.error = remote_error{e.at("kind").get<std::uint8_t>(),    e.at("type").get<std::string>(),
-                             e.at("message").get<std::string>(),  e.at("function").get<std::string>(),
-                             e.at("chain").get<std::string>(),    e.at("stack").get<std::string>(),
-                             e.at("pid").get<std::int32_t>(),     e.at("signal").get<std::int32_t>()};
-      n.failed = j.at("failed").get<bool>();
-    }
-    return n;
-  } catch (const json::exception& e) {
-    throw wire_error(std::string("manta bridge: a malformed object note: ") + e.what());
+  header_reader r = small_header(body, "object note");
+  object_note n;
+  n.object = r.text();
+  n.node = r.text();
+  n.why = r.text();
+  if (r.flag()) {
+    n.error = read_error(r);
+    n.failed = r.flag();
   }
-}
-
-actor_end decode_actor_end(std::string_view body) {
-  try {
-    const json j = json::parse(body);
-    return {j.at("actor").get<std::string>(), j.at("kill").get<bool>(), j.value("why", std::string())};
-  } catch (const json::exception& e) {
-    throw wire_error(std::string("manta bridge: a malformed actor_end: ") + e.what());
-  }
+  r.end();
+  return n;
 }
 
 }  // namespace manta::bridge

@@ -1,8 +1,10 @@
 // bridge/task_wire.hpp: a task as it travels between the nodes of a cluster
 // (driver -> head -> node) and its outcome on the way back. Every argument
 // travels as a value (the sender resolved its refs), so the node that runs the
-// task needs nothing else from the sender. A body is a 4-byte header length,
-// a JSON header, and the raw bytes (arguments, or result values) after it.
+// task needs nothing else from the sender. A body is the task's 8-byte number,
+// a 4-byte header length, a binary header (task_wire.cpp), and the raw bytes
+// (arguments, or result values) after it. The small frames (actor ends,
+// lookups, object notes, output) have the same layout.
 #pragma once
 
 #include <cstdint>
@@ -73,6 +75,16 @@ struct remote_task {
 
 /// remote_task::mode of an object's value on its way to a node that asked for it.
 inline constexpr std::uint8_t mode_object = 5;
+
+/// The runtime's numbers the head acts on: ipc::error_kind's, and
+/// detail::call_mode's constructor. The bridge does not depend on the
+/// runtime; the runtime's conversion (runtime/cluster_driver.cpp) checks at
+/// compile time that these are the same, and that mode_object is none of
+/// call_mode's.
+inline constexpr std::uint8_t kind_actor_died = 2;
+inline constexpr std::uint8_t kind_usage = 4;
+inline constexpr std::uint8_t kind_node_died = 6;
+inline constexpr std::uint8_t mode_construct = 3;
 
 /// A failure as it crosses the cluster (ipc::error_info, field for field).
 struct remote_error {

@@ -57,6 +57,15 @@ void log_table_change(const std::vector<manta::node_info>& before, const std::ve
 }
 }  // namespace
 
+// The numbers the bridge keeps of the runtime's (task_wire.hpp) are the runtime's.
+static_assert(bridge::kind_actor_died == static_cast<std::uint8_t>(ipc::error_kind::actor_died));
+static_assert(bridge::kind_usage == static_cast<std::uint8_t>(ipc::error_kind::usage));
+static_assert(bridge::kind_node_died == static_cast<std::uint8_t>(ipc::error_kind::node_died));
+static_assert(bridge::mode_construct == static_cast<std::uint8_t>(detail::call_mode::construct));
+static_assert(bridge::mode_object > static_cast<std::uint8_t>(detail::call_mode::method),
+              "an object's frame must not read as a call");
+static_assert(std::is_same_v<std::underlying_type_t<ipc::error_kind>, decltype(bridge::remote_error::kind)>);
+
 bridge::remote_error to_remote(const ipc::error_info& e) {
   return {static_cast<std::uint8_t>(e.kind), e.remote_type, e.message, e.function, e.chain, e.stack, e.pid, e.signal};
 }
