@@ -23,6 +23,7 @@
 #include "runtime/introspect.hpp"
 #include "runtime/local_runtime.hpp"
 #include "runtime/cluster.hpp"
+#include "runtime/cluster_member.hpp"
 #include "runtime/node_runtime.hpp"
 
 namespace manta {
@@ -211,8 +212,9 @@ void init(const options& opts) {
       }
       process::set_current_context(node);
       try {
-        if (!role.drive.empty()) node->join_cluster(role.drive, token);
-        if (role.launch) node->host_launch(*role.launch, launch_dir(opts));
+        if (!role.drive.empty())
+          node->attach_cluster(std::make_unique<runtime::cluster_member>(*node, role.drive, token, false));
+        if (role.launch) node->attach_cluster(runtime::cluster_member::lead_launch(*node, *role.launch, launch_dir(opts)));
         if (head_over_mpi) std::tie(role.serve, token) = runtime::receive_launch_over_mpi(*head_over_mpi);
       } catch (const std::exception& e) {
         discard(std::exchange(node, nullptr));

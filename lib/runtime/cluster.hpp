@@ -33,16 +33,18 @@
 #include "bridge/node_link.hpp"
 #include "bridge/task_wire.hpp"
 #include "ipc/failure.hpp"
+#include "runtime/directory.hpp"
 
 namespace manta::runtime {
 
 class node_runtime;
+class cluster_member;
 
 class cluster_driver {
  public:
   /// Joins the head at `address` as a driver.
   /// @throws bridge::join_error saying why it could not
-  cluster_driver(node_runtime& rt, const std::string& address, const std::string& token,
+  cluster_driver(cluster_member& member, const std::string& address, const std::string& token,
                  std::map<std::string, double> resources);
   /// Leaves the cluster (leave()).
   ~cluster_driver();
@@ -138,6 +140,7 @@ class cluster_driver {
   std::vector<object_news> host_news_;          // under mu_
   std::thread host_;
 
+  cluster_member& member_;  ///< what the link's threads hand their news to
   node_runtime& rt_;
   mutable std::mutex mu_;  // table_, version_, lost_, queue_, stopping_
   std::condition_variable cv_;
@@ -247,9 +250,6 @@ void finalize_programs_mpi() noexcept;
 /// @throws bridge::join_error if it cannot join
 std::string serve_as_node(node_runtime& rt, const std::string& address, const std::string& token);
 
-/// An object id as 32 hex digits, and back (nullopt if malformed).
-std::string id_text(const object_id& id);
-std::optional<object_id> id_from_text(std::string_view text);
 /// An object's key in the cluster: its driver's id, then its id.
 std::string object_key(const std::string& driver, const object_id& id);
 /// The id an object's key in the cluster ("<driver id>/<32 hex digits>") ends

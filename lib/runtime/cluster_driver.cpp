@@ -31,6 +31,7 @@
 #include "process/context.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/landing.hpp"
+#include "runtime/cluster_member.hpp"
 #include "runtime/node_runtime.hpp"
 #include "runtime/remote_jobs.hpp"
 
@@ -86,11 +87,11 @@ ipc::error_info from_remote(const bridge::remote_error& e) {
 
 // ---- the driver's side
 
-cluster_driver::cluster_driver(node_runtime& rt, const std::string& address, const std::string& token,
+cluster_driver::cluster_driver(cluster_member& member, const std::string& address, const std::string& token,
                                std::map<std::string, double> resources)
-    : rt_(rt) {
+    : member_(member), rt_(member.runtime()) {
   char runtime_id[9];  // (as node_id() says: the table lists this machine under it)
-  std::snprintf(runtime_id, sizeof runtime_id, "%08x", rt.epoch());
+  std::snprintf(runtime_id, sizeof runtime_id, "%08x", rt_.epoch());
   bridge::node_info me{host_name(),
                        static_cast<int>(::getpid()),
                        std::move(resources),
@@ -100,7 +101,7 @@ cluster_driver::cluster_driver(node_runtime& rt, const std::string& address, con
   link_ = std::make_unique<bridge::node_link>(
       address, token, std::move(me), [this](const std::string& why) { on_end(why); },
       [this](std::vector<bridge::frame>&& frames) { on_frames(std::move(frames)); },
-      lander_for(rt));  // a long outcome's large values go into the arena as they come, where they stay
+      lander_for(rt_));  // a long outcome's large values go into the arena as they come, where they stay
   try {
     sender_ = std::thread([this] {
       observe::name_runtime_thread("manta-c-send");  // (names what top -H and perf show)
@@ -380,19 +381,19 @@ void cluster_driver::apply_loop() {
       const bool large = outcome && std::any_of(in.outcome.values.begin(), in.outcome.values.end(), [](const auto& v) {
                            return v.data().size() > detail::max_inline_bytes;
                          });
-      if (!outcomes.empty() && (!outcome || large)) rt_.remote_finished(std::exchange(outcomes, {}));
+      if (!outcomes.empty() && (!outcome || large)) member_.remote_finished(std::exchange(outcomes, {}));
       if (outcome) outcomes.push_back(std::move(in.outcome));
-      if (!outcomes.empty() && (large || taken.size() == 1)) rt_.remote_finished(std::exchange(outcomes, {}));
+      if (!outcomes.empty() && (large || taken.size() == 1)) member_.remote_finished(std::exchange(outcomes, {}));
       if (outcome) continue;
       if (in.end) {
-        rt_.cluster_lost(in.why);
+        member_.cluster_lost(in.why);
         return;  // nothing comes after the end
       }
-      if (in.found) rt_.actor_found_for(in.found->first, in.found->second);
+      if (in.found) member_.actor_found_for(in.found->first, in.found->second);
       else if (in.offer_answer) rt_.offer_answered(in.offer_answer->first, in.offer_answer->second);
-      else if (in.fetch) rt_.send_object(*in.fetch);
+      else if (in.fetch) member_.send_object(*in.fetch);
       else if (!in.killed.empty()) rt_.remote_actor_killed(in.killed, in.killed_why);
-      else if (!in.returned.empty()) rt_.actor_returned(in.returned);
+      else if (!in.returned.empty()) member_.actor_returned(in.returned);
     }
   }
 }
@@ -481,7 +482,7 @@ void cluster_driver::take_frame(bridge::frame&& f) {
     in.fetch = bridge::decode_object_note(f.body);  // malformed: throws, and the link ends
     to_applier(std::move(in));
   } else if (f.type == bridge::frame_type::output) {
-    rt_.print_remote_output(bridge::decode_output(f.body));  // malformed: throws, and the link ends
+    member_.print_remote_output(bridge::decode_output(f.body));  // malformed: throws, and the link ends
   } else if (f.type == bridge::frame_type::cluster_update) {
     std::vector<manta::node_info> table, drivers;
     std::uint64_t version = 0;
@@ -533,23 +534,6 @@ void cluster_driver::on_end(const std::string& why) {
   cv_.notify_all();
   applier_cv_.notify_all();
   give_back(unsent);
-}
-
-std::string id_text(const object_id& id) {
-  char text[40];
-  std::snprintf(text, sizeof text, "%016llx%016llx", static_cast<unsigned long long>(id.hi),
-                static_cast<unsigned long long>(id.lo));
-  return text;
-}
-
-std::optional<object_id> id_from_text(std::string_view text) {
-  if (text.size() != 32) return std::nullopt;
-  object_id id;
-  const char* hex = text.data();
-  if (std::from_chars(hex, hex + 16, id.hi, 16).ptr != hex + 16 ||
-      std::from_chars(hex + 16, hex + 32, id.lo, 16).ptr != hex + 32)
-    return std::nullopt;
-  return id;
 }
 
 std::string object_key(const std::string& driver, const object_id& id) { return driver + "/" + id_text(id); }

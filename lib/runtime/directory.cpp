@@ -4,6 +4,9 @@
 
 #include "ipc/futex.hpp"
 
+#include <charconv>
+#include <cstdio>
+
 namespace manta::runtime {
 
 object_entry::~object_entry() {
@@ -81,6 +84,23 @@ std::vector<object_entry*> directory::take_all() {
   for (auto& kv : map_) all.push_back(kv.second);
   map_.clear();
   return all;
+}
+
+std::string id_text(const object_id& id) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%016llx%016llx", static_cast<unsigned long long>(id.hi),
+                static_cast<unsigned long long>(id.lo));
+  return text;
+}
+
+std::optional<object_id> id_from_text(std::string_view text) {
+  if (text.size() != 32) return std::nullopt;
+  object_id id;
+  const char* hex = text.data();
+  if (std::from_chars(hex, hex + 16, id.hi, 16).ptr != hex + 16 ||
+      std::from_chars(hex + 16, hex + 32, id.lo, 16).ptr != hex + 32)
+    return std::nullopt;
+  return id;
 }
 
 }  // namespace manta::runtime

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -179,5 +180,10 @@ class directory {
                            pool_allocator<std::pair<const object_id, object_entry*>>>
       map_;
 };
+
+/// An object id as 32 hex digits (what the tools and the cluster show), and
+/// back (nullopt if malformed).
+std::string id_text(const object_id& id);
+std::optional<object_id> id_from_text(std::string_view text);
 
 }  // namespace manta::runtime

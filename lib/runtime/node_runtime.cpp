@@ -336,22 +336,21 @@ void node_runtime::begin_stop() {
   }
   // Leaves the cluster: nothing more comes back from it. (The object stays until
   // finish_stop: a thread may still read it under the scheduler's mutex.)
-  if (cluster_) cluster_->leave();
-  launch_head_.reset();  // a launch's head: every node is told to stop
+  if (cluster_) cluster_->leave();  // (a launch's head too: every node is told to stop)
 }
 
 void node_runtime::finish_stop() {
   if (stopped_) return;
   stopped_ = true;
   MANTA_DEBUG << "runtime stopped: every process of it ends";
-  std::unique_ptr<cluster_driver> cluster;
+  std::unique_ptr<cluster_port> cluster;
   {
     std::lock_guard lock(mu_);
     sched_->stopping();
     cluster = std::move(cluster_);  // (under mu_: threads freeing objects read it there)
   }
+  if (cluster) cluster->give_back();
   cluster.reset();
-  give_back_lent();
   zygote_->stop(5);  // it kills and reaps every process, then exits
   output_->stop();   // every writer is dead: the output pipes end with EOF
   // Drop every internal hold; what users still hold becomes an orphan.
@@ -359,8 +358,6 @@ void node_runtime::finish_stop() {
   retired_.take();  // (the actors' records belong to the scheduler)
   {
     std::lock_guard lock(mu_);
-    for (auto& [e, asks] : asked_pending_) detail::release(e);
-    asked_pending_.clear();
     sched_->clear();
   }
   for (auto* e : dir_->take_all()) e->store = nullptr;  // the arena is unmapped below
@@ -711,12 +708,15 @@ void node_runtime::submit(detail::task_request&& r, detail::ref_node** returns) 
   t->num_returns = r.num_returns;
   t->arg_count = r.arg_count;
   t->profile = profile_of(std::move(r.options), r.mode);
-  mark_origin(*t);
+  if (cluster_) cluster_->mark_origin(*t);
   if (timeline_.on()) t->submitted_ns = observe::now_ns();
   // Admission reads the ledger's totals, which never change: no lock (submitters
   // never wait on the scheduler's mutex). What this node cannot run may go to
   // another node of the cluster, arguments resolved to values.
-  if (auto why = sched_->admit(*t)) send_elsewhere(*t, *why);
+  if (auto why = sched_->admit(*t)) {
+    if (!cluster_) throw usage_error(*why);
+    cluster_->send_elsewhere(*t, *why);
+  }
   pool_vector<object_entry*> contained;
   try {
     for (const auto& id : r.contained) contained.push_back(static_cast<object_entry*>(ref_from_id(id)));
@@ -791,7 +791,7 @@ void node_runtime::take_submissions() {
       for (actor_record* a : retired_.take()) sched_->retire(a);
     if (!freed_remote_.empty())
       for (const object_id& id : freed_remote_.take())
-        tell_cluster_freed(id);
+        if (cluster_) cluster_->object_freed(id);
   }
 }
 

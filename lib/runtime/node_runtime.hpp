@@ -36,7 +36,7 @@
 #include "observe/timeline.hpp"
 #include "process/context.hpp"
 #include "process/control.hpp"
-#include "runtime/cluster.hpp"
+#include "runtime/cluster_port.hpp"
 #include "runtime/directory.hpp"
 #include "runtime/handoff.hpp"
 #include "runtime/memory_monitor.hpp"
@@ -100,37 +100,12 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// Where the tools reach this runtime (empty if it could not listen).
   const std::string& address() const { return socket_; }
 
-  // ---- the cluster (runtime/cluster.hpp)
-  /// Joins the cluster at `address` as its driver (init, once constructed).
-  /// @throws bridge::join_error saying why it could not
-  void join_cluster(const std::string& address, const std::string& token);
-  /// A node of a cluster, before it serves: it joins as a driver too, so
-  /// tasks its workers submit may go to other nodes (and get_actor there
-  /// finds actors of the cluster), while what the head sends here (submitted
-  /// by the serving thread, not a worker) runs here and never goes back.
-  void serve_cluster(const std::string& address, const std::string& token);
-  /// The serving thread, or a host thread: the driver whose task it submits
-  /// next (remote_task::origin), for this thread alone.
-  void set_origin(const std::string& driver);
-  /// A driver of a cluster: lines a task of its printed on another node, for
-  /// this terminal (prefixed with the pid and node). Any thread; never blocks.
-  void print_remote_output(const bridge::remote_output& o);
-  /// A node of a cluster: whether its connection as a driver ended, and why.
-  bool cluster_link_ended() const noexcept { return cluster_ && cluster_->ended(); }
-  std::string cluster_link_lost() const { return cluster_ ? cluster_->lost() : std::string(); }
-  /// Rank 0 of a launch (mpirun, srun): hosts the head, tells the other ranks
-  /// where it is (over MPI, or in files in `dir`), drives, and waits until
-  /// every other rank joined.
-  /// @throws usage_error (or what the head throws) if it cannot
-  void host_launch(const launch& l, const std::string& dir);
-  /// Remote tasks' outcomes, as they came (from the cluster's applier thread).
-  void remote_finished(std::vector<bridge::task_outcome>&& batch);
-  /// The cluster is gone: every remote task in flight fails with node_died_error.
-  void cluster_lost(const std::string& why);
-  /// A node asks for an object a remote task named (from the cluster's applier
-  /// thread): its value goes to that node from the arena, or object_lost; one
-  /// still pending goes once it is sealed.
-  void send_object(const bridge::object_note& ask);
+  // ---- the cluster (runtime/cluster_port.hpp)
+  /// Joins a cluster (init, once constructed): from now on the runtime sends
+  /// there what it cannot run, and answers it.
+  void attach_cluster(std::unique_ptr<cluster_port> cluster);
+  /// The cluster has work for the I/O thread (cluster_port::run_io). Any thread.
+  void cluster_io_due();
   /// A node of a cluster: keeps a driver's object under the driver's `id`, so
   /// that refs to it inside values resolve here. @throws what put throws
   detail::ref_node* import_object(const object_id& id, const detail::encoded_value& v);
@@ -153,23 +128,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   ///                its handles going here end it, as this driver's own would
   detail::ref_node* borrow_actor(const object_id& id, const std::string& key, std::uint64_t class_tag,
                                  const std::string& label, bool owned = false);
-  /// This runtime's id as a driver of its cluster ("driver-N"), or empty.
-  std::string cluster_id();
   /// A handle handed over to this driver (returned_handle::owned): if it
   /// borrowed that actor before, it owns it now (its last handle ends it).
   void own_actor(detail::ref_node* handle);
-  /// A handle of `e`'s actor leaves in a task's results for another member
-  /// (the serving or host thread): how it travels. An actor of this node gets
-  /// a key in the cluster (the head learns of it from the outcome) and one
-  /// this driver started on the cluster keeps its own; both are handed over,
-  /// and this node keeps a count until the head says the receiver is done
-  /// with it (actor_returned). Another driver's actor travels borrowed.
-  /// Each call that hands one over keeps a count, given back by one actor_returned.
-  /// @throws usage_error for an actor whose constructor has not gone to the cluster yet
-  bridge::returned_handle lend_actor(detail::ref_node* handle);
-  /// The head's word that the actor lent as `key` is no longer held where it
-  /// went (from the applier thread): the count kept for it goes.
-  void actor_returned(const std::string& key);
   /// The head's answer to the offer of named actor `key` (from the applier thread).
   void offer_answered(const std::string& key, const std::string& why);
   /// Another driver killed this driver's actor `key`, or the head refused it
@@ -178,8 +139,6 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// The handle (one count) of this node's actor offered to the cluster as
   /// `key`, for a call from another node; nullptr once it is gone.
   detail::ref_node* hosted_actor(const std::string& key);
-  /// The head's answer to a worker's lookup (from the applier thread).
-  void actor_found_for(const cluster_driver::actor_asker& asker, const bridge::actor_lookup& found);
   std::vector<manta::node_info> cluster_nodes() override;
 
   /// Waits until one of `nodes` is ready, or `until`, or `interrupted()`
@@ -254,7 +213,7 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void object_settled(object_entry* e) override;
   bool find_actor_later(int slot, std::uint64_t generation, std::uint64_t request, const std::string& name,
                         std::uint64_t class_tag, std::string& error) override;
-  bool names_in_cluster() override { return serving_ && cluster_; }
+  bool names_in_cluster() override;
   void offer_named(actor_record& a) override;
   void make_room(int slot, std::uint64_t generation, std::uint64_t request, std::uint64_t size) override {
     spiller_->post({spiller::job::kind::room, slot, generation, request, size, {}});
@@ -262,21 +221,6 @@ class node_runtime final : public process::process_context, public scheduler_hos
   void restore(std::vector<object_entry*> entries) override {
     spiller_->post({spiller::job::kind::restore, -1, 0, 0, 0, std::move(entries)});
   }
-  /// Sends `e` (counted, the count given to the sender) as `ask` asks, or object_lost.
-  void send_object_now(const bridge::object_note& ask, object_entry* e);
-  /// A remote task's outcome made ready for the scheduler.
-  struct remote_answer {
-    std::uint64_t id = 0;
-    std::vector<ipc::value_location> values;
-    std::vector<std::vector<object_id>> inside;  ///< per result: the ids of the refs in it
-    ipc::error_info error;
-    bool ok = true;
-  };
-  /// Keeps the objects `o`'s results name (appending them, counted, to `held`)
-  /// and places its large values in the arena: before the scheduler's lock is
-  /// taken, so a gigabyte's copy holds up no dispatch. An outcome that cannot
-  /// be taken in fails its task instead (`out.ok` false, `out.error` why).
-  void prepare_outcome(bridge::task_outcome& o, remote_answer& out, std::vector<detail::ref_node*>& held);
   /// Before an object of another runtime is kept here under `id`: the
   /// workers' control block lets them take such ids from then on.
   void accept_import(const object_id& id);
@@ -287,44 +231,9 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// if one of them is not here (`x` is then not taken over)
   detail::ref_node* seal_extent(const object_id& id, std::uint64_t tag, const detail::extent& x, std::size_t size,
                                 std::span<const object_id> contained = {});
-  /// Asks for objects still pending, by entry (each counted once; under the scheduler's lock).
-  std::unordered_map<object_entry*, std::vector<bridge::object_note>> asked_pending_;
-  std::uint64_t remote_actors_ = 0;  ///< actors started on the cluster (their keys' numbers; under the scheduler's lock)
-  /// Handles lent in results, by key: the entry, and how many counts of it
-  /// are kept, one per lend (under the scheduler's lock).
-  std::unordered_map<std::string, std::pair<object_entry*, std::size_t>> lent_;
-  /// Gives back every lent handle's count (the cluster is gone).
-  void give_back_lent();
-  /// A node: the drivers whose programs its tasks serve (task_spec::origin
-  /// indexes it; under the scheduler's lock). Which one a thread's next
-  /// submission serves is that thread's own (set_origin).
-  std::vector<std::string> origins_{std::string()};
-  /// A node of a cluster: queues lines process `pid` printed, within a
-  /// budget, for the I/O thread to send (the output thread's sink).
-  void forward_output(pid_t pid, bool err, std::string_view lines);
-  /// Sends what forward_output queued to the driver whose task each process
-  /// runs, or ran last (the I/O thread).
-  void send_waiting_output();
-  struct waiting_lines {
-    pid_t pid;
-    bool err;
-    std::string lines;
-    bool note;  ///< the runtime's own note (how much was held back), not the process's lines
-  };
-  std::mutex output_mu_;  // the four below
-  std::vector<waiting_lines> waiting_output_;
-  std::chrono::steady_clock::time_point output_window_{};
-  std::size_t output_sent_ = 0, output_dropped_ = 0;
-  std::atomic<bool> output_waiting_{false};
   bool cluster_can_run(const task_spec& t) override;
-  /// A node of a cluster: a task submitted here was placed by the head (it
-  /// never spills back) for the driver this thread serves (set_origin).
-  void mark_origin(task_spec& t);
-  /// `t` cannot run on this node (`why`): marks it for the cluster, or
-  /// throws usage_error saying why no node can take it either.
-  void send_elsewhere(task_spec& t, const std::string& why);
-  /// Object `id` of this driver was freed: nodes holding copies drop them.
-  void tell_cluster_freed(const object_id& id);
+  /// The I/O thread: what the cluster asked it to do (cluster_io_due).
+  void run_cluster_io();
 
   // node_runtime.cpp: objects and submissions
   object_entry* checked(detail::ref_node* n);
@@ -415,11 +324,12 @@ class node_runtime final : public process::process_context, public scheduler_hos
   /// serves (after it: a scrape reads what that block sets).
   void bind_metrics_endpoint();
   void serve_metrics_endpoint();
-  /// The head this runtime hosts as rank 0 of a launch (outlives cluster_).
-  std::unique_ptr<launch_head> launch_head_;
-  /// The cluster this runtime drives, if it joined one (set once, before any submission).
-  std::unique_ptr<cluster_driver> cluster_;
-  bool serving_ = false;  ///< serve_cluster: submit's tasks came from the head (set before any)
+  /// The cluster this runtime joined, if it did (set once, before any
+  /// submission; read and let go under the scheduler's lock).
+  std::unique_ptr<cluster_port> cluster_;
+  std::atomic<bool> cluster_io_due_{false};
+  /// The cluster's membership works on the runtime's state, under its locks.
+  friend class cluster_member;
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> lost_{false};  ///< the node lost its zygote: nothing can run any more

@@ -118,7 +118,7 @@ void cluster_driver::host_loop() {
       else objects.keep(key, n);
     }
     if (!missing.empty()) return missing;
-    if (!t.origin.empty()) rt_.set_origin(t.origin);  // (what the call starts serves its caller's program)
+    if (!t.origin.empty()) member_.set_origin(t.origin);  // (what the call starts serves its caller's program)
     detail::ref_node* actor = rt_.hosted_actor(t.actor);  // counted
     if (!actor)
       throw actor_died_error("manta: actor call '" + t.name + "' cannot run: its actor on " + id() + " has ended");
@@ -264,7 +264,7 @@ void cluster_driver::host_loop() {
       }
       for (auto& j : running) {
         if (awaited(rt_, j, none)) continue;
-        answer(finish(rt_, j, none));  // sent from the arena
+        answer(finish(member_, j, none));  // sent from the arena
         done_with(rt_, j);
       }
     } catch (const std::exception&) {
@@ -303,7 +303,10 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   std::atomic<std::uint64_t> arrivals{0};
   std::atomic<bool> waits_for_results{false};
 
-  rt.serve_cluster(address, token);  // (a driver too: its workers' tasks may go to other nodes)
+  // A driver too: its workers' tasks may go to other nodes.
+  auto joined = std::make_unique<cluster_member>(rt, address, token, /*serving=*/true);
+  cluster_member& member = *joined;
+  rt.attach_cluster(std::move(joined));
   bridge::node_info me{host_name(),         static_cast<int>(::getpid()), rt.resources(false),
                        detail::registered_names(), "node",                       manta::node_id()};
   bridge::node_link link(
@@ -424,7 +427,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       return;
     }
     try {
-      if (t.origin != origin) rt.set_origin(origin = t.origin);  // (whose program its nested tasks serve)
+      if (t.origin != origin) member.set_origin(origin = t.origin);  // (whose program its nested tasks serve)
       job j = start(rt, t, actors, objects);
       if (j.returns.empty()) {
         answer({t.id, true, {}, {}, {}});  // an actor started: its calls may come
@@ -507,14 +510,14 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
       // (Idle, it still looks twice a second at its other connection, below.)
       cv.wait_for(lock, std::chrono::milliseconds(500),
                   [&] { return done || !inbox.empty() || !running.empty() || !waiting.empty(); });
-      if (!done && rt.cluster_link_ended()) {
+      if (!done && member.link_ended()) {
         // Its connection as a driver ended (the head dropped it, or is gone):
         // its tasks could no longer reach the cluster. It leaves, so the head
         // runs its work elsewhere; the node link's own news, if it comes at
         // once, says better why.
         cv.wait_for(lock, std::chrono::seconds(1), [&] { return done; });
         if (!done) {
-          const std::string gone = rt.cluster_link_lost();
+          const std::string gone = member.link_lost();
           why = gone.find("stopped") != std::string::npos
                     ? std::string()
                     : "its other connection to the head (as a driver, for its tasks' own work) ended: " + gone;
@@ -648,7 +651,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     }
     for (auto& j : running) {
       if (lost || !sealed(j)) continue;
-      bridge::task_outcome o = finish(rt, j, objects);
+      bridge::task_outcome o = finish(member, j, objects);
       if (runtime_lost(o)) lost = true;
       else answer(std::move(o));  // sent from the arena
       done_with(rt, j);

@@ -171,7 +171,7 @@ void output_forwarder::stop() {
 
 void output_forwarder::set_sink(line_sink sink) {
   std::lock_guard lock(mu_);
-  sink_ = std::make_shared<const line_sink>(std::move(sink));
+  sink_ = sink ? std::make_shared<const line_sink>(std::move(sink)) : nullptr;
 }
 
 void output_forwarder::print(bool err, std::string lines) {

@@ -61,7 +61,7 @@ void node_runtime::io_loop() {
   ipc::adaptive_spin spin;
   auto& idle = control_->driver_idle;
   while (!stopping_.load(std::memory_order_acquire)) {
-    if (output_waiting_.load(std::memory_order_acquire)) send_waiting_output();  // (a node of a cluster)
+    run_cluster_io();
     const int sleep_ms = expire_due_timeouts();
     std::uint32_t seen = control_->driver_seq.load(std::memory_order_acquire);
     if (poll_events(0) > 0) continue;

@@ -250,7 +250,8 @@ detail::ref_node* awaited(const node_runtime& rt, const job& j, const object_tab
 /// The outcome of a job that awaits nothing; its values borrow the results'
 /// bytes in the arena (pinned) until done_with. Objects made here that refs
 /// in the results name go with them: the driver keeps them under their ids.
-bridge::task_outcome finish(node_runtime& rt, job& j, const object_table& fetched) {
+bridge::task_outcome finish(cluster_member& member, job& j, const object_table& fetched) {
+  node_runtime& rt = member.runtime();
   bridge::task_outcome o;
   o.id = j.id;
   std::size_t bytes = 0;
@@ -259,10 +260,10 @@ bridge::task_outcome finish(node_runtime& rt, job& j, const object_table& fetche
     auto* e = static_cast<object_entry*>(n);
     if (carried && e->actor) {
       try {
-        o.handles.push_back(rt.lend_actor(e));
+        o.handles.push_back(member.lend_actor(e));
         if (o.handles.back().owned) {
           kept.push_back(o.handles.back().key);
-          o.lender = rt.cluster_id();
+          o.lender = member.id();
         }
       } catch (const std::exception&) {
         o = failed_outcome(j.id, ipc::error_from_exception(std::current_exception(), "", ::getpid()));
@@ -312,7 +313,7 @@ bridge::task_outcome finish(node_runtime& rt, job& j, const object_table& fetche
   if (!o.ok) {
     o.values.clear();
     o.handles.clear();
-    for (const auto& key : kept) rt.actor_returned(key);  // lent before the failure: nobody receives them
+    for (const auto& key : kept) member.actor_returned(key);  // lent before the failure: nobody receives them
   }
   return o;
 }

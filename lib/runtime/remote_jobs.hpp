@@ -16,6 +16,7 @@
 
 #include "bridge/task_wire.hpp"
 #include "ipc/failure.hpp"
+#include "runtime/cluster_member.hpp"
 #include "runtime/node_runtime.hpp"
 
 namespace manta::runtime {
@@ -133,7 +134,7 @@ detail::ref_node* awaited(const node_runtime& rt, const job& j, const object_tab
 /// The outcome of a job that awaits nothing; its values borrow the results'
 /// bytes in the arena (pinned) until done_with. Objects made here that refs
 /// in the results name go with them: the driver keeps them under their ids.
-bridge::task_outcome finish(node_runtime& rt, job& j, const object_table& fetched);
+bridge::task_outcome finish(cluster_member& member, job& j, const object_table& fetched);
 
 /// Gives back a finished job's results (once its outcome is sent).
 void done_with(node_runtime& rt, job& j);

@@ -19,13 +19,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string hex_id(const object_id& id) {
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(id.hi),
-                static_cast<unsigned long long>(id.lo));
-  return buf;
-}
-
 const char* actor_state(actor_record::state s) {
   switch (s) {
     case actor_record::state::waiting: return "waiting for resources";
@@ -334,7 +327,7 @@ std::string node_runtime::memory_json(const memory_query& q) {
   if (q.limit && rows.size() > q.limit) rows.resize(q.limit);
   json objects = json::array();
   for (const row& r : rows) {
-    json o = {{"id", hex_id(r.id)},    {"size", r.size},       {"where", r.where},    {"pinned", r.pins},
+    json o = {{"id", id_text(r.id)},    {"size", r.size},       {"where", r.where},    {"pinned", r.pins},
               {"references", r.refs}, {"owner_pid", r.owner}, {"made_by", r.made_by}};
     if (auto it = holders.find(r.id); it != holders.end()) o["held_by_pids"] = it->second;
     objects.push_back(std::move(o));
