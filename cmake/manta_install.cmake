@@ -3,7 +3,11 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 install(DIRECTORY include/manta DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(TARGETS manta manta_runtime manta_bridge manta_process manta_ipc manta_store manta_observe
+set(manta_installed_libraries manta manta_runtime manta_process manta_ipc manta_store manta_observe)
+if(MANTA_ENABLE_BRIDGE)
+  list(APPEND manta_installed_libraries manta_cluster_layer manta_bridge)
+endif()
+install(TARGETS ${manta_installed_libraries}
         EXPORT manta_targets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
@@ -32,5 +36,12 @@ if(MANTA_CUDA_FOUND)
 endif()
 # The prefix is found from the file's own place, so `cmake --install --prefix P` works.
 file(RELATIVE_PATH manta_pc_to_prefix "/p/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/p")
+# With the cluster: its layer first, kept whole by the linker (lib/CMakeLists.txt), and the bridge.
+set(manta_pc_cluster "")
+set(manta_pc_bridge "")
+if(MANTA_ENABLE_BRIDGE)
+  set(manta_pc_cluster "-Wl,--undefined=manta_cluster_layer -lmanta_cluster_layer ")
+  set(manta_pc_bridge " -lmanta_bridge")
+endif()
 configure_file(cmake/manta.pc.in ${PROJECT_BINARY_DIR}/manta.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/manta.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -245,3 +245,31 @@ TEST(lifecycle, a_call_after_shutdown_says_the_runtime_was_shut_down) {
   EXPECT_EQ(manta::get(manta::task(slow).remote(0), 30s), 0);
   manta::shutdown();
 }
+
+#ifdef MANTA_TEST_NO_BRIDGE
+// Built without the bridge (MANTA_ENABLE_BRIDGE=OFF): a setting that asks for
+// a cluster is refused by name, and the single-node runtime works as ever.
+TEST(lifecycle_without_bridge, a_cluster_setting_is_refused_by_name_and_one_node_runs) {
+  auto refused = [](const std::function<void()>& init, const char* setting) {
+    try {
+      init();
+      ADD_FAILURE() << setting << " was not refused";
+      manta::shutdown();
+    } catch (const manta::usage_error& e) {
+      EXPECT_NE(std::string(e.what()).find(setting), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("MANTA_ENABLE_BRIDGE=OFF"), std::string::npos) << e.what();
+    }
+  };
+  refused([] { manta::init({.address = "127.0.0.1:1"}); }, "options.address");
+  ::setenv("MANTA_ADDRESS", "127.0.0.1:1", 1);
+  refused([] { manta::init(); }, "MANTA_ADDRESS");
+  ::unsetenv("MANTA_ADDRESS");
+  ::setenv("MANTA_NODE", "127.0.0.1:1", 1);
+  refused([] { manta::init(); }, "MANTA_NODE");
+  ::unsetenv("MANTA_NODE");
+  manta::init({.num_workers = 1});
+  EXPECT_EQ(manta::get(manta::task(slow).remote(0), 30s), 0);
+  EXPECT_EQ(manta::nodes().size(), 1u);
+  manta::shutdown();
+}
+#endif

@@ -809,3 +809,13 @@ TEST_F(observe, manta_timeline_records_a_running_program_for_a_while) {
 
 }  // namespace
 
+
+#ifdef MANTA_TEST_NO_BRIDGE
+TEST(observe_without_bridge, the_cluster_verbs_say_the_build_has_no_cluster) {
+  for (const char* verb : {"start --head", "stop", "status --address 127.0.0.1:1"}) {
+    cli_result r = run_cli(verb);
+    EXPECT_EQ(r.rc, 2) << verb << ": " << r.out;
+    EXPECT_NE(r.out.find("built without the cluster (MANTA_ENABLE_BRIDGE=OFF)"), std::string::npos) << verb << ": " << r.out;
+  }
+}
+#endif

@@ -129,12 +129,6 @@ void remove_if_ours(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-bool is_head_address(const std::string& address) {
-  auto colon = address.rfind(':');
-  return colon != std::string::npos && colon + 1 < address.size() &&
-         address.find_first_not_of("0123456789", colon + 1) == std::string::npos && address.find('/') == std::string::npos;
-}
-
 bool head_runs_in(const std::string& log_dir) {
   cluster_options o;
   o.log_dir = log_dir;

@@ -21,7 +21,11 @@ struct cluster_options {
 };
 
 /// True for "HOST:PORT" (a head), false for a socket path or a pid (a local runtime).
-bool is_head_address(const std::string& address);
+inline bool is_head_address(const std::string& address) {
+  auto colon = address.rfind(':');
+  return colon != std::string::npos && colon + 1 < address.size() &&
+         address.find_first_not_of("0123456789", colon + 1) == std::string::npos && address.find('/') == std::string::npos;
+}
 
 /// True if `manta start --head` recorded a head in `log_dir` that still runs.
 bool head_runs_in(const std::string& log_dir);

@@ -4,7 +4,7 @@
 #   (no flag)  building and running the library, the tools and the Python front
 #   --tests    also what the tests and benchmarks need (GoogleTest, Google
 #              Benchmark, Chromium, tmux, Open MPI's runtime, openssl,
-#              iproute2, pytest, Prometheus's promtool)
+#              iproute2, pytest, Prometheus's promtool, ccache)
 #   --fuzz     also clang and its libFuzzer runtime (tests/fuzz)
 # Flags combine: setup.sh --tests --fuzz.
 set -euo pipefail
@@ -29,6 +29,7 @@ for flag in "$@"; do
         openssl           # certificates for a cluster over TLS
         iproute2          # two machines made of network namespaces
         python3-pytest python3-pytest-timeout
+        ccache            # CI's build without the bridge reuses the first build's objects
       ) ;;
     --fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
     *) echo "manta setup: unknown flag '$flag' (--tests, --fuzz)" >&2; exit 2 ;;

@@ -16,14 +16,12 @@
 #include <manta/version.hpp>
 #include <manta/runtime.hpp>
 
-#include "bridge/token.hpp"
 #include "ipc/owned_fds.hpp"
 #include "observe/control_socket.hpp"
 #include "observe/log.hpp"
 #include "runtime/introspect.hpp"
 #include "runtime/local_runtime.hpp"
-#include "runtime/cluster.hpp"
-#include "runtime/cluster_member.hpp"
+#include "runtime/cluster_entry.hpp"
 #include "runtime/node_runtime.hpp"
 
 namespace manta {
@@ -95,42 +93,20 @@ void after_fork_in_child() {
 }  // namespace
 
 namespace {
-/// What the environment makes of this process: a node of a cluster
-/// (MANTA_NODE), its driver (options.address, or MANTA_ADDRESS), or neither.
-struct cluster_role {
-  std::string serve;  ///< MANTA_NODE: the head to serve
-  std::string drive;  ///< the head to send tasks to
-  std::optional<runtime::launch> launch;  ///< started by mpirun or srun, with neither of the above
-};
-
-cluster_role role_of(const options& opts) {
-  cluster_role r;
-  if (const char* v = std::getenv("MANTA_NODE"); v && *v) r.serve = v;
-  if (!opts.address.empty()) r.drive = opts.address;
-  else if (const char* v = std::getenv("MANTA_ADDRESS"); v && *v) r.drive = v;
-  if (!r.serve.empty()) r.drive.clear();  // a node takes tasks; it does not drive
-  if (r.serve.empty() && r.drive.empty()) r.launch = runtime::launched();
-  return r;
-}
-
-/// Where the ranks of a launch meet: MANTA_LAUNCH_DIR, else the log_dir (private, made if missing).
-std::string launch_dir(const options& opts) {
-  if (const char* v = std::getenv("MANTA_LAUNCH_DIR"); v && *v) return v;
-  const std::string dir = opts.log_dir.empty() ? observe::default_log_dir() : opts.log_dir;
-  std::error_code ec;
-  if (std::filesystem::create_directories(dir, ec))
-    std::filesystem::permissions(dir, std::filesystem::perms::owner_all, ec);
-  return dir;
-}
-
-/// The token a member proves: options.log_dir's (or MANTA_TOKEN_FILE).
-std::string cluster_token(const options& opts) {
-  const std::string dir = opts.log_dir.empty() ? observe::default_log_dir() : opts.log_dir;
-  try {
-    return bridge::read_token_file(bridge::default_token_file(dir));
-  } catch (const bridge::token_error& e) {
-    throw usage_error(std::string("manta: joining a cluster needs its token: ") + e.what());
-  }
+/// What this process is in a cluster, if anything. Without the cluster layer,
+/// a setting that asks for one is refused by name.
+std::unique_ptr<runtime::cluster_role> cluster_role_of(const options& opts) {
+  if (const runtime::cluster_layer* layer = manta_cluster_layer()) return layer->role_of(opts);
+  const char* node_env = std::getenv("MANTA_NODE");
+  const char* address_env = std::getenv("MANTA_ADDRESS");
+  const char* asked = !opts.address.empty()           ? "options.address"
+                      : node_env && *node_env         ? "MANTA_NODE"
+                      : address_env && *address_env   ? "MANTA_ADDRESS"
+                                                      : nullptr;
+  if (asked)
+    throw usage_error(std::string("manta: ") + asked +
+                      " asks for a cluster, and this manta was built without one (MANTA_ENABLE_BRIDGE=OFF)");
+  return nullptr;
 }
 
 /// Ends `node` (init could not finish).
@@ -153,24 +129,8 @@ void init(const options& opts) {
   static bool fork_handlers = (::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child), true);
   (void)fork_handlers;
   if (std::string why = log::check_env_level(); !why.empty()) throw usage_error("manta: " + why);
-  cluster_role role = role_of(opts);
+  std::unique_ptr<runtime::cluster_role> role = cluster_role_of(opts);
   runtime::node_runtime* serving = nullptr;
-  std::string token;
-  if (role.launch && (std::getenv("MANTA_TLS") || std::getenv("MANTA_TLS_CA")) && !std::getenv("MANTA_TLS_CERT"))
-    throw usage_error("manta: MANTA_TLS / MANTA_TLS_CA are set, but the head that rank 0 of " + role.launch->launcher +
-                      " hosts speaks TLS only with MANTA_TLS_CERT and MANTA_TLS_KEY set (for every rank); "
-                      "set them, or unset MANTA_TLS / MANTA_TLS_CA");
-  // A node of a launch learns rank 0's head from its files before it starts
-  // (no thread of manta's runs yet), or over MPI once its zygote is forked
-  // (MPI starts threads of its own).
-  std::optional<runtime::launch> head_over_mpi;
-  if (role.launch && role.launch->rank != 0) {
-    if (runtime::launch_over_mpi(*role.launch))
-      head_over_mpi = role.launch;
-    else
-      std::tie(role.serve, token) = runtime::wait_for_launch_head(*role.launch, launch_dir(opts));
-    role.launch.reset();
-  }
   {
     lifecycle_lock lock;
     if (process::current_context()) {
@@ -182,11 +142,8 @@ void init(const options& opts) {
       throw usage_error("manta: options.memory_threshold must be a fraction in [0, 1] (0: off), not " +
                         std::to_string(opts.memory_threshold));
     if (opts.worker_setup) detail::function_for(opts.worker_setup);  // registered, or usage_error
-    if ((!role.serve.empty() || !role.drive.empty() || head_over_mpi) && opts.local_mode)
-      throw usage_error("manta: options.local_mode runs everything in this process; it cannot join a cluster");
-    if (role.launch && opts.local_mode)
-      throw usage_error("manta: options.local_mode runs everything in this process; it cannot lead a launch");
-    if (token.empty() && (!role.serve.empty() || !role.drive.empty())) token = cluster_token(opts);
+    if (role && opts.local_mode) throw usage_error(role->local_mode_refusal());
+    if (role) role->prepare(opts);
     const char* progress_env = std::getenv("MANTA_PROGRESS");
     detail::set_progress(opts.progress || (progress_env && std::strcmp(progress_env, "1") == 0));
     if (opts.local_mode) {
@@ -196,33 +153,16 @@ void init(const options& opts) {
       try {
         node = new runtime::node_runtime(opts);
       } catch (const std::exception& e) {
-        // The other ranks of an MPI launch wait in its broadcast: rank 0 tells
-        // them why no head comes; another rank still takes its part.
-        if (role.launch && runtime::launch_over_mpi(*role.launch))
-          try {
-            runtime::send_launch_over_mpi(*role.launch, "", "", e.what());
-          } catch (const std::exception&) {  // (the first error says more)
-          }
-        else if (head_over_mpi)
-          try {
-            runtime::receive_launch_over_mpi(*head_over_mpi);
-          } catch (const std::exception&) {
-          }
+        if (role) role->runtime_failed(e.what());
         throw;
       }
       process::set_current_context(node);
-      try {
-        if (!role.drive.empty())
-          node->attach_cluster(std::make_unique<runtime::cluster_member>(*node, role.drive, token, false));
-        if (role.launch) node->attach_cluster(runtime::cluster_member::lead_launch(*node, *role.launch, launch_dir(opts)));
-        if (head_over_mpi) std::tie(role.serve, token) = runtime::receive_launch_over_mpi(*head_over_mpi);
-      } catch (const std::exception& e) {
-        discard(std::exchange(node, nullptr));
-        if (head_over_mpi) throw;  // it says which rank and why
-        throw error(role.launch ? std::string("manta: could not lead the cluster of ") + role.launch->launcher +
-                                      ": " + e.what()
-                                : "manta: could not join the cluster at " + role.drive + ": " + e.what());
-      }
+      if (role) try {
+          role->attach(*node);
+        } catch (...) {
+          discard(std::exchange(node, nullptr));
+          throw;
+        }
     }
     owner = ::getpid();
     static bool at_exit = (std::atexit([] {
@@ -230,24 +170,14 @@ void init(const options& opts) {
       shutdown();
     }), true);
     (void)at_exit;
-    serving = role.serve.empty() ? nullptr : node;
+    serving = role && role->serves() ? node : nullptr;
   }
   if (!serving) return;
   // A node of a cluster: it serves until the cluster stops or its head is lost,
   // and never returns to main.
-  int status = 0;
-  try {
-    std::string why = runtime::serve_as_node(*serving, role.serve, token);
-    if (!why.empty()) {
-      std::fprintf(stderr, "manta: this node ends: %s\n", why.c_str());
-      status = 3;
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "manta: could not serve the cluster at %s: %s\n", role.serve.c_str(), e.what());
-    status = 2;
-  }
+  const int status = role->serve(*serving);
   shutdown();
-  runtime::finalize_programs_mpi();
+  role->before_exit();
   std::exit(status);
 }
 
@@ -330,3 +260,7 @@ std::size_t task_count() {
 
 }  // namespace detail
 }  // namespace manta
+
+/// No cluster layer in this program (MANTA_ENABLE_BRIDGE=OFF): lib/cluster's
+/// definition, when linked, takes the place of this one.
+extern "C" __attribute__((weak)) const manta::runtime::cluster_layer* manta_cluster_layer() noexcept { return nullptr; }

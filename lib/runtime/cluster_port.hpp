@@ -35,7 +35,7 @@ class cluster_port {
   virtual void leave() = 0;
   /// After leave() and the port's end: gives back what it held of the
   /// runtime's objects (no lock held).
-  virtual void give_back() noexcept = 0;
+  virtual void give_back() = 0;
 
   // ---- tasks
   /// Whether `t`, which this node can never run, may go to the cluster.

@@ -1,4 +1,4 @@
-// runtime/landing.hpp: the large values of a long frame from the cluster land
+// cluster/landing.hpp: the large values of a long frame from the cluster land
 // in this runtime's arena as their parts arrive (on the link's thread),
 // where they stay as objects: no frame of a gigabyte is joined in memory and
 // then copied into the arena.

@@ -1,5 +1,5 @@
-// runtime/cluster_driver.cpp: a driver's link to the cluster (cluster.hpp).
-#include "runtime/cluster.hpp"
+// cluster/cluster_driver.cpp: a driver's link to the cluster (cluster.hpp).
+#include "cluster/cluster.hpp"
 
 #include <unistd.h>
 
@@ -30,10 +30,10 @@
 #include "process/args_blob.hpp"
 #include "process/context.hpp"
 #include "runtime/directory.hpp"
-#include "runtime/landing.hpp"
-#include "runtime/cluster_member.hpp"
+#include "cluster/landing.hpp"
+#include "cluster/cluster_member.hpp"
 #include "runtime/node_runtime.hpp"
-#include "runtime/remote_jobs.hpp"
+#include "cluster/remote_jobs.hpp"
 
 namespace manta::runtime {
 
@@ -102,6 +102,7 @@ cluster_driver::cluster_driver(cluster_member& member, const std::string& addres
       address, token, std::move(me), [this](const std::string& why) { on_end(why); },
       [this](std::vector<bridge::frame>&& frames) { on_frames(std::move(frames)); },
       lander_for(rt_));  // a long outcome's large values go into the arena as they come, where they stay
+  id_ = link_->node_id();  // (before any thread of this object starts; the link's threads never ask it)
   try {
     sender_ = std::thread([this] {
       observe::name_runtime_thread("manta-c-send");  // (names what top -H and perf show)

@@ -1,5 +1,5 @@
-// runtime/launch.cpp: processes that a launcher (mpirun, srun) started together.
-#include "runtime/cluster.hpp"
+// cluster/launch.cpp: processes that a launcher (mpirun, srun) started together.
+#include "cluster/cluster.hpp"
 
 #include <unistd.h>
 
@@ -30,9 +30,9 @@
 #include "process/args_blob.hpp"
 #include "process/context.hpp"
 #include "runtime/directory.hpp"
-#include "runtime/landing.hpp"
+#include "cluster/landing.hpp"
 #include "runtime/node_runtime.hpp"
-#include "runtime/remote_jobs.hpp"
+#include "cluster/remote_jobs.hpp"
 
 namespace manta::runtime {
 

@@ -1,6 +1,6 @@
-// runtime/node_service.cpp: a node's service (serve_as_node), and a driver's
+// cluster/node_service.cpp: a node's service (serve_as_node), and a driver's
 // hosting of the calls other nodes make on its actors (cluster_driver::host_loop).
-#include "runtime/cluster.hpp"
+#include "cluster/cluster.hpp"
 
 #include <unistd.h>
 
@@ -31,9 +31,9 @@
 #include "process/args_blob.hpp"
 #include "process/context.hpp"
 #include "runtime/directory.hpp"
-#include "runtime/landing.hpp"
+#include "cluster/landing.hpp"
 #include "runtime/node_runtime.hpp"
-#include "runtime/remote_jobs.hpp"
+#include "cluster/remote_jobs.hpp"
 
 namespace manta::runtime {
 

@@ -1,4 +1,4 @@
-// runtime/launch_mpi.cpp: under mpirun, rank 0 passes its head's address and
+// cluster/launch_mpi.cpp: under mpirun, rank 0 passes its head's address and
 // the cluster token to the other ranks over MPI, when manta is built with it
 // (MANTA_HAVE_MPI): the ranks then need no directory they all see. Without
 // MPI, or under srun, they meet through files (launch.cpp).
@@ -10,7 +10,7 @@
 
 #include <manta/errors.hpp>
 
-#include "runtime/cluster.hpp"
+#include "cluster/cluster.hpp"
 
 #if defined(MANTA_HAVE_MPI)
 #include <mpi.h>

@@ -1,4 +1,4 @@
-// runtime/remote_jobs.hpp: the work a node does for other members of the
+// cluster/remote_jobs.hpp: the work a node does for other members of the
 // cluster, written once for its two users: the serving thread (tasks the head
 // places on this node: serve_as_node) and a driver's hosting thread (calls
 // other nodes make on the actors this driver offered: cluster_driver).
@@ -16,7 +16,7 @@
 
 #include "bridge/task_wire.hpp"
 #include "ipc/failure.hpp"
-#include "runtime/cluster_member.hpp"
+#include "cluster/cluster_member.hpp"
 #include "runtime/node_runtime.hpp"
 
 namespace manta::runtime {

@@ -1,4 +1,4 @@
-#include "runtime/landing.hpp"
+#include "cluster/landing.hpp"
 
 #include <cstring>
 #include <numeric>

@@ -1,4 +1,4 @@
-// runtime/cluster.hpp: this runtime's part in a cluster of several nodes (the
+// cluster/cluster.hpp: this runtime's part in a cluster of several nodes (the
 // TCP bridge, lib/bridge).
 //
 // A driver (MANTA_ADDRESS, or options.address) joins the head as a driver and
@@ -101,7 +101,7 @@ class cluster_driver {
   /// taken: it is killed, saying so).
   void offer_actor(const std::string& key, std::uint64_t class_tag, const std::string& name);
   /// This driver's id in the cluster ("driver-N"): its actors' keys start with it.
-  const std::string& id() const noexcept { return link_->node_id(); }
+  const std::string& id() const noexcept { return id_; }
   /// The nodes of the cluster, as the head last described them.
   std::vector<manta::node_info> nodes() const;
   /// The drivers' machines, as the head last described them (each under its
@@ -190,6 +190,8 @@ class cluster_driver {
   bool left_ = false;
   std::atomic<bool> ended_{false};  ///< on_end ran
   std::unique_ptr<bridge::node_link> link_;
+  /// link_->node_id(), kept: the link goes at leave(), and the id is asked after.
+  std::string id_;
   std::thread sender_, applier_;
 };
 

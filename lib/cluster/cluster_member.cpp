@@ -1,7 +1,7 @@
-// runtime/cluster_member.cpp: a runtime's membership of a cluster
+// cluster/cluster_member.cpp: a runtime's membership of a cluster
 // (cluster_member.hpp): the cluster_port, and what the link's threads ask of
 // the runtime.
-#include "runtime/cluster_member.hpp"
+#include "cluster/cluster_member.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -17,7 +17,7 @@
 
 #include "observe/log.hpp"
 #include "process/args_blob.hpp"
-#include "runtime/landing.hpp"
+#include "cluster/landing.hpp"
 #include "runtime/node_runtime.hpp"
 
 namespace manta::runtime {
@@ -635,7 +635,7 @@ void cluster_member::actor_returned(const std::string& key) {
   if (e) detail::release(e);  // (may end it: its last handle)
 }
 
-void cluster_member::give_back() noexcept {
+void cluster_member::give_back() {
   decltype(lent_) lent;
   decltype(asked_pending_) asked;
   {

@@ -1,6 +1,6 @@
-// runtime/remote_jobs.cpp: the work a node does for other members of the
+// cluster/remote_jobs.cpp: the work a node does for other members of the
 // cluster (remote_jobs.hpp).
-#include "runtime/remote_jobs.hpp"
+#include "cluster/remote_jobs.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -13,7 +13,7 @@
 #include "process/args_blob.hpp"
 #include "process/context.hpp"
 #include "runtime/directory.hpp"
-#include "runtime/landing.hpp"
+#include "cluster/landing.hpp"
 
 namespace manta::runtime {
 

@@ -1,4 +1,4 @@
-// runtime/cluster_member.hpp: a runtime's membership of a cluster, the
+// cluster/cluster_member.hpp: a runtime's membership of a cluster, the
 // cluster_port the runtime holds. It owns the link to the head
 // (cluster_driver), and does for the link what needs the runtime: tasks out
 // and their outcomes in, objects other nodes ask for, actors offered, lent and
@@ -22,7 +22,7 @@
 
 #include "bridge/task_wire.hpp"
 #include "ipc/messages.hpp"
-#include "runtime/cluster.hpp"
+#include "cluster/cluster.hpp"
 #include "runtime/cluster_port.hpp"
 
 namespace manta::runtime {
@@ -48,7 +48,7 @@ class cluster_member final : public cluster_port {
 
   // ---- cluster_port
   void leave() override;
-  void give_back() noexcept override;
+  void give_back() override;
   bool can_run(const task_spec& t) override;
   void send_elsewhere(task_spec& t, const std::string& why) override;
   void mark_origin(task_spec& t) override;
