@@ -260,7 +260,3 @@ std::size_t task_count() {
 
 }  // namespace detail
 }  // namespace manta
-
-/// No cluster layer in this program (MANTA_ENABLE_BRIDGE=OFF): lib/cluster's
-/// definition, when linked, takes the place of this one.
-extern "C" __attribute__((weak)) const manta::runtime::cluster_layer* manta_cluster_layer() noexcept { return nullptr; }

@@ -1,7 +1,7 @@
 // runtime/cluster_entry.hpp: how init finds the cluster layer (lib/cluster),
-// which the runtime does not link. A build with the layer defines
-// manta_cluster_layer(); the runtime's own definition is weak and answers
-// none, so a build without it (MANTA_ENABLE_BRIDGE=OFF) is a single-node
+// which the runtime does not link. The layer defines manta_cluster_layer();
+// a build without it (MANTA_ENABLE_BRIDGE=OFF) has the runtime's own
+// definition (no_cluster_layer.cpp), which answers none: a single-node
 // runtime that refuses a cluster's settings by name.
 #pragma once
 
@@ -50,7 +50,8 @@ struct cluster_layer {
 
 }  // namespace manta::runtime
 
-/// The cluster layer linked into this program, or null (runtime/api.cpp's
-/// weak definition). lib/cluster defines it, and `manta`'s link options keep
-/// that definition in every program (-Wl,--undefined).
+/// The cluster layer linked into this program, or null in a build without
+/// one. Nothing but the runtime names it, so `manta`'s link options ask the
+/// linker for it from the start (-Wl,--undefined); a link without the layer
+/// fails rather than run without the cluster.
 extern "C" const manta::runtime::cluster_layer* manta_cluster_layer() noexcept;
