@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <chrono>
+#include <filesystem>
 #include <string>
 #include <thread>
 
@@ -41,6 +42,11 @@ class debug_tools : public manta::testing::runtime_fixture {
   void SetUp() override {
     dir_ = manta::testing::temp_path("stack");
     start(1, {.log_dir = dir_});
+  }
+  void TearDown() override {
+    runtime_fixture::TearDown();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);  // (the runtime is down: nothing writes there any more)
   }
   std::string cli(const std::string& args) {
     return manta::testing::shell_output(std::string(MANTA_CLI_PATH) + " " + args + " --log-dir " + dir_ +

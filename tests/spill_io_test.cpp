@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -72,6 +73,8 @@ class spill_io : public manta::testing::runtime_fixture {
   void TearDown() override {
     open_gate();
     runtime_fixture::TearDown();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);  // (the runtime is down: nothing writes there any more)
   }
   std::string dir_;
 };
