@@ -2,7 +2,6 @@
 #include "bridge/auth.hpp"
 
 #include <array>
-#include <cstring>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -17,8 +16,6 @@ namespace manta::bridge {
 namespace {
 
 constexpr std::size_t nonce_bytes = 32, proof_bytes = 32;
-/// The longest handshake frame (a proof: two 32-byte values) and then some.
-constexpr std::size_t max_handshake_body = 64;
 
 using clock_type = io_clock;
 using nonce = std::array<unsigned char, nonce_bytes>;
@@ -33,11 +30,11 @@ nonce fresh_nonce() {
 /// session's exported keying material (empty on plain TCP): a proof made in
 /// one TLS session is worthless in another, so a relay between two sessions
 /// (a man in the middle who skipped no check but the certificate's) fails.
-std::string proof(const std::string& token, std::string_view role, const nonce& first, const nonce& second,
+std::string proof(const std::string& token, std::string_view role, std::string_view first, std::string_view second,
                   const std::string& binding) {
   std::string message(role);
-  message.append(reinterpret_cast<const char*>(first.data()), first.size());
-  message.append(reinterpret_cast<const char*>(second.data()), second.size());
+  message += first;
+  message += second;
   message += binding;
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
@@ -80,9 +77,23 @@ frame receive(int fd, frame_decoder& in, clock_type::time_point until) {
   return f;
 }
 
-std::string_view bytes_of(const nonce& n) { return {reinterpret_cast<const char*>(n.data()), n.size()}; }
-
 }  // namespace
+
+token_check::token_check(std::string token, std::string binding)
+    : token_(std::move(token)), binding_(std::move(binding)) {
+  const nonce ours = fresh_nonce();
+  nonce_.assign(reinterpret_cast<const char*>(ours.data()), ours.size());
+}
+
+std::string token_check::welcome(const frame& f) const {
+  auto refuse = [](const std::string& why) { throw token_refused(why); };
+  if (f.type != frame_type::proof || f.body.size() != nonce_bytes + proof_bytes)
+    refuse("the first frame was not a proof of the cluster token");
+  const std::string_view theirs = std::string_view(f.body).substr(0, nonce_bytes);
+  if (!same_secret(std::string_view(f.body).substr(nonce_bytes), proof(token_, "peer", nonce_, theirs, binding_)))
+    refuse(binding_.empty() ? "wrong cluster token" : "wrong cluster token, or a proof made in another TLS session");
+  return proof(token_, "head", theirs, nonce_, binding_);
+}
 
 void authenticate_peer(int fd, const std::string& token, std::chrono::milliseconds timeout) {
   frame_decoder in;
@@ -96,25 +107,21 @@ void authenticate_to_head(int fd, const std::string& token, std::chrono::millise
 
 void authenticate_peer(int fd, const std::string& token, frame_decoder& in, std::chrono::milliseconds timeout) {
   const auto until = clock_type::now() + timeout;
-  const std::string binding = tls_binding(fd);
-  const nonce ours = fresh_nonce();
-  send_all(fd, encode(frame_type::challenge, bytes_of(ours)), until);
+  const token_check check(token, tls_binding(fd));
+  send_all(fd, encode(frame_type::challenge, check.challenge()), until);
   in.set_limit(max_handshake_body);
-  frame f = receive(fd, in, until);
-  auto refuse = [&](const std::string& why) {
+  const frame f = receive(fd, in, until);
+  std::string welcome;
+  try {
+    welcome = check.welcome(f);
+  } catch (const token_refused& e) {
     try {
-      send_all(fd, encode(frame_type::refused, why), clock_type::now() + std::chrono::milliseconds(200));
+      send_all(fd, encode(frame_type::refused, e.refusal()), clock_type::now() + std::chrono::milliseconds(200));
     } catch (const auth_error&) {  // it is being dropped anyway
     }
-    throw auth_error("manta bridge: a peer was refused: " + why);
-  };
-  if (f.type != frame_type::proof || f.body.size() != nonce_bytes + proof_bytes)
-    refuse("the first frame was not a proof of the cluster token");
-  nonce theirs{};
-  std::memcpy(theirs.data(), f.body.data(), nonce_bytes);
-  if (!same_secret(std::string_view(f.body).substr(nonce_bytes), proof(token, "peer", ours, theirs, binding)))
-    refuse(binding.empty() ? "wrong cluster token" : "wrong cluster token, or a proof made in another TLS session");
-  send_all(fd, encode(frame_type::welcome, proof(token, "head", theirs, ours, binding)), until);
+    throw;
+  }
+  send_all(fd, encode(frame_type::welcome, welcome), until);
   in.set_limit(max_frame_body);
 }
 
@@ -125,10 +132,10 @@ void authenticate_to_head(int fd, const std::string& token, frame_decoder& in, s
   frame f = receive(fd, in, until);
   if (f.type != frame_type::challenge || f.body.size() != nonce_bytes)
     throw auth_error("manta bridge: the head did not open with a challenge");
-  nonce head{};
-  std::memcpy(head.data(), f.body.data(), nonce_bytes);
-  const nonce ours = fresh_nonce();
-  std::string body(bytes_of(ours));
+  const std::string head = f.body;
+  const nonce fresh = fresh_nonce();
+  const std::string ours(reinterpret_cast<const char*>(fresh.data()), fresh.size());
+  std::string body = ours;
   body += proof(token, "peer", head, ours, binding);
   send_all(fd, encode(frame_type::proof, body), until);
   f = receive(fd, in, until);

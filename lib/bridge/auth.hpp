@@ -12,8 +12,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace manta::bridge {
 
@@ -26,8 +28,40 @@ class auth_error : public std::runtime_error {
 
 /// How long each side waits for the other's handshake frames.
 inline constexpr std::chrono::milliseconds handshake_timeout{5000};
+/// The longest handshake frame (a proof: two 32-byte values) and then some:
+/// what a decoder reads before the peer proved the token.
+inline constexpr std::size_t max_handshake_body = 64;
 
 class frame_decoder;
+struct frame;
+
+/// The head's side of the handshake as state, free of sockets (the head's
+/// sessions drive it): the challenge to send first, then the answer to the
+/// peer's proof.
+class token_check {
+ public:
+  /// @param binding  the TLS session's keying material (empty on plain TCP)
+  token_check(std::string token, std::string binding);
+  /// The challenge frame's body.
+  const std::string& challenge() const noexcept { return nonce_; }
+  /// The welcome frame's body that answers `proof`, the peer's first frame.
+  /// @throws token_refused if it proves nothing
+  std::string welcome(const frame& proof) const;
+
+ private:
+  std::string token_, binding_;
+  std::string nonce_;
+};
+
+/// The peer did not prove the token: refusal() is the body of the `refused` frame that tells it why.
+class token_refused : public auth_error {
+ public:
+  explicit token_refused(const std::string& why) : auth_error("manta bridge: a peer was refused: " + why), why_(why) {}
+  const std::string& refusal() const noexcept { return why_; }
+
+ private:
+  std::string why_;
+};
 
 /// The head's side, on a connected stream socket `fd` (blocking or not).
 /// `in` is the connection's decoder: it is limited to the handshake's frames

@@ -5,11 +5,12 @@
 // through each peer's own write queue. A tool's connection asks for the node
 // table, or stops the cluster (every member is told).
 //
-// Threads: one accepting, one watching for silence, and one reading per
-// connection (a cluster has tens of nodes, not thousands), each with a
-// deadline; each connection also writes from a thread of its own, so no
-// thread of the head ever waits on a slow peer. The state is under one mutex,
-// and frames are queued under it: frames for one peer go in the order made.
+// Every connection is a Boost.Asio session (bridge/head_session.hpp): its
+// reads, its writes and its deadlines run on its own strand, over a few
+// threads shared by all of them, so no connection holds a thread and no
+// thread ever waits on a slow peer. The accept loop and the silence watcher
+// are Asio handlers too. The state is under one mutex, and frames are queued
+// under it: frames for one peer go in the order they were made.
 #pragma once
 
 #include <atomic>
@@ -17,9 +18,16 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 
 #include "bridge/head_state.hpp"
 #include "bridge/tls.hpp"
@@ -43,7 +51,7 @@ class head {
     std::function<void()> on_stop_request;
   };
 
-  /// Listens and serves. @throws std::system_error if it cannot listen.
+  /// Listens and serves. @throws std::system_error if it cannot listen or start its threads.
   explicit head(config c);
   /// Tells every node to stop, then closes every connection.
   ~head();
@@ -56,25 +64,33 @@ class head {
   std::string nodes_json() const;
   /// Tells every node to stop.
   void stop_cluster();
+  /// Connections open now (joined or not): what the limits bound.
+  std::size_t connections() const;
 
  private:
   struct connection;
-  void accept_loop();
-  void serve(std::shared_ptr<connection> c);
-  void watch_heartbeats();
+  friend struct connection;
+  void accept_next();
+  void admit(boost::asio::ip::tcp::socket socket);
+  void watch();  ///< the silence watcher's turn (every 100 ms)
   /// Queues each frame on its member's connection (mu_ held).
   void send_all_of(std::vector<head_state::outgoing>& out);
 
   config cfg_;
-  int listen_fd_ = -1;
-  int wake_fd_ = -1;
+  boost::asio::io_context io_;  // (first: destroyed last, after everything bound to it)
+  std::optional<boost::asio::ssl::context> ssl_;  ///< cfg_.tls's, for the sessions' streams
+  boost::asio::ip::tcp::acceptor acceptor_;
+  boost::asio::steady_timer accept_pause_;  ///< out of descriptors: accept again a little later
+  boost::asio::strand<boost::asio::io_context::executor_type> watch_strand_;
+  boost::asio::steady_timer watch_timer_;
   unsigned short port_ = 0;
   std::atomic<bool> stopping_{false};
   mutable std::mutex mu_;  // state_, connections_
   head_state state_;
   std::vector<std::shared_ptr<connection>> connections_;  ///< every open one, joined or not
-  std::chrono::steady_clock::time_point last_drop_logged_{};  ///< (the acceptor's)
-  std::thread acceptor_, watcher_;
+  std::chrono::steady_clock::time_point last_drop_logged_{};  ///< (the accept handler's)
+  std::chrono::steady_clock::time_point next_beat_{};        ///< (the watcher's)
+  std::vector<std::thread> threads_;                          ///< running io_
 };
 
 }  // namespace manta::bridge

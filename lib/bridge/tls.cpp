@@ -156,10 +156,14 @@ void start_tls(int fd, const tls_context& ctx, bool as_head, const std::string& 
 std::string tls_binding(int fd) {
   std::shared_ptr<session> s = session_of(fd);
   if (!s) return {};
+  std::lock_guard lock(s->mu);
+  return tls_binding(s->ssl);
+}
+
+std::string tls_binding(SSL* ssl) {
   static constexpr char label[] = "EXPORTER-manta-cluster-token";
   unsigned char out[32];
-  std::lock_guard lock(s->mu);
-  if (SSL_export_keying_material(s->ssl, out, sizeof out, label, sizeof label - 1, nullptr, 0, 0) != 1)
+  if (SSL_export_keying_material(ssl, out, sizeof out, label, sizeof label - 1, nullptr, 0, 0) != 1)
     throw io_error("manta bridge: TLS: no keying material to bind the token to: " + ssl_errors("export failed"));
   return {reinterpret_cast<const char*>(out), sizeof out};
 }

@@ -16,6 +16,7 @@
 #include "bridge/wire.hpp"
 
 struct ssl_ctx_st;
+struct ssl_st;
 
 namespace manta::bridge {
 
@@ -53,6 +54,9 @@ void start_tls(int fd, const tls_context& ctx, bool as_head, const std::string& 
 /// 32 bytes of keying material exported from `fd`'s TLS session (RFC 5705),
 /// the same on both ends of one session and no other; empty without TLS.
 std::string tls_binding(int fd);
+
+/// The same, from a session held by its owner (the head's Asio streams).
+std::string tls_binding(ssl_st* session);
 
 /// Closes `fd`, forgetting its TLS session first if it has one.
 void close_socket(int fd) noexcept;

@@ -1,0 +1,119 @@
+// bridge_head_test.cpp: the head's sessions (Boost.Asio) over loopback TCP:
+// connections hold no thread of the head, and the limits that protect it
+// (the handshake's deadline, the first frame's, what a stranger may send
+// before proving the token) still hold.
+#include <dirent.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "bridge/auth.hpp"
+#include "bridge/head.hpp"
+#include "bridge/node_link.hpp"
+#include "bridge/socket_io.hpp"
+#include "bridge/wire.hpp"
+#include "support.hpp"
+
+namespace {
+
+using namespace manta::bridge;
+using namespace std::chrono_literals;
+
+const std::string token = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
+std::string at(const head& h) { return "127.0.0.1:" + std::to_string(h.port()); }
+
+node_info a_node() { return {"localhost", static_cast<int>(::getpid()), {{"CPU", 1}}, {"f"}}; }
+
+/// Threads of this process whose name starts with `prefix` (what the head names its own).
+std::size_t threads_named(const std::string& prefix) {
+  std::size_t n = 0;
+  DIR* tasks = ::opendir("/proc/self/task");
+  if (!tasks) return 0;
+  while (const dirent* e = ::readdir(tasks)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream comm(std::string("/proc/self/task/") + e->d_name + "/comm");
+    std::string name;
+    std::getline(comm, name);
+    n += name.rfind(prefix, 0) == 0;
+  }
+  ::closedir(tasks);
+  return n;
+}
+
+/// Whether the head closes `fd` within `limit` (reading and dropping what it sends first).
+bool closed_by_head(int fd, std::chrono::milliseconds limit) {
+  const auto until = io_clock::now() + limit;
+  char buffer[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    const int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - io_clock::now()).count());
+    if (left <= 0 || ::poll(&p, 1, left) <= 0) return false;
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n <= 0) return true;
+  }
+}
+
+// Issue 31: the head ran a reading and a writing thread for every connection.
+TEST(bridge_head, connections_hold_no_thread_of_the_head) {
+  head h({.token = token});
+  // (a few, as many as the machine has cores, from 2 to 4: each names itself once started)
+  const std::size_t before = std::clamp(std::thread::hardware_concurrency(), 2u, 4u);
+  ASSERT_TRUE(manta::testing::eventually([&] { return threads_named("manta-head") == before; }, 10s))
+      << threads_named("manta-head");
+  std::vector<std::unique_ptr<node_link>> members;
+  for (int i = 0; i < 16; ++i) members.push_back(std::make_unique<node_link>(at(h), token, a_node(), nullptr));
+  std::vector<int> idle;
+  for (int i = 0; i < 6; ++i) idle.push_back(connect_to("127.0.0.1", h.port(), 5s));
+  EXPECT_TRUE(manta::testing::eventually([&] { return h.connections() == 22; }, 10s)) << h.connections();
+  EXPECT_EQ(h.nodes().size(), 16u);
+  EXPECT_EQ(threads_named("manta-head"), before) << "22 connections started threads in the head";
+  for (int fd : idle) ::close(fd);
+}
+
+// A connection that says nothing is closed once its handshake's time is up;
+// one that proved the token and then says nothing, once its first frame's is.
+TEST(bridge_head, a_silent_connection_is_closed_at_its_deadline_and_the_head_serves_on) {
+  head h({.token = token});
+  const int mute = connect_to("127.0.0.1", h.port(), 5s);
+  const int proved = connect_to("127.0.0.1", h.port(), 5s);
+  authenticate_to_head(proved, token);
+  EXPECT_TRUE(closed_by_head(mute, handshake_timeout + 10s)) << "a connection that never proved the token stays open";
+  EXPECT_TRUE(closed_by_head(proved, 15s)) << "a proved connection that never says what it is stays open";
+  ::close(mute);
+  ::close(proved);
+  EXPECT_TRUE(manta::testing::eventually([&] { return h.connections() == 0; }, 10s)) << h.connections();
+  node_link node(at(h), token, a_node(), nullptr);
+  EXPECT_EQ(node.node_id(), "node-1");
+}
+
+// Before the token is proved the head reads one short frame: garbage, an
+// oversized frame or a wrong proof ends that connection alone.
+TEST(bridge_head, what_a_stranger_sends_before_the_token_ends_its_connection_alone) {
+  head h({.token = token});
+  node_link member(at(h), token, a_node(), nullptr);
+  const int garbage = connect_to("127.0.0.1", h.port(), 5s);
+  send_all(garbage, std::string(64, '\xff'), io_clock::now() + 5s);
+  const int oversized = connect_to("127.0.0.1", h.port(), 5s);
+  send_all(oversized, encode(frame_type::proof, std::string(4096, 'x')), io_clock::now() + 5s);
+  EXPECT_TRUE(closed_by_head(garbage, 10s));
+  EXPECT_TRUE(closed_by_head(oversized, 10s));
+  ::close(garbage);
+  ::close(oversized);
+  const int wrong = connect_to("127.0.0.1", h.port(), 5s);
+  EXPECT_THROW(authenticate_to_head(wrong, std::string(64, '0')), auth_error);
+  ::close(wrong);
+  EXPECT_NE(ask_head(at(h), token, "status").find("node-1"), std::string::npos);
+  ASSERT_EQ(h.nodes().size(), 1u);
+  EXPECT_TRUE(h.nodes()[0].alive);
+}
+
+}  // namespace
