@@ -6,7 +6,10 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -19,6 +22,7 @@
 #include "bridge/head.hpp"
 #include "bridge/node_link.hpp"
 #include "bridge/socket_io.hpp"
+#include "bridge/tls.hpp"
 #include "bridge/wire.hpp"
 #include "support.hpp"
 
@@ -114,6 +118,55 @@ TEST(bridge_head, what_a_stranger_sends_before_the_token_ends_its_connection_alo
   EXPECT_NE(ask_head(at(h), token, "status").find("node-1"), std::string::npos);
   ASSERT_EQ(h.nodes().size(), 1u);
   EXPECT_TRUE(h.nodes()[0].alive);
+}
+
+// Issue 31 (review): TLS sessions lived in a process-wide map keyed by
+// descriptor number, and a send through a number the map did not know (a
+// duplicate of the socket, or a number closed and reused) went out in plain
+// text. A session is now held by its connection's owner and named with the
+// socket at every send and receive.
+TEST(bridge_tls, a_tls_connection_is_encrypted_whatever_descriptor_carries_it) {
+  const std::string dir = manta::testing::temp_path("tls-session");
+  std::filesystem::create_directories(dir);
+  manta::testing::shell_output("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -addext subjectAltName=IP:127.0.0.1 "
+                               "-subj /CN=head -keyout " + dir + "/key.pem -out " + dir + "/cert.pem 2>&1");
+  if (!std::filesystem::exists(dir + "/cert.pem")) GTEST_SKIP() << "no openssl command (tools/setup.sh installs it)";
+  const auto head_tls = tls_context::for_head(dir + "/cert.pem", dir + "/key.pem");
+  const auto member_tls = tls_context::for_member(dir + "/cert.pem");
+  unsigned short port = 0;
+  const int listener = listen_on("127.0.0.1", port);
+  const int member = connect_to("127.0.0.1", port, 5s);
+  pollfd p{listener, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 5000), 1);
+  const int accepted = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(accepted, 0);
+  std::unique_ptr<tls_session> head_session;
+  std::thread head_side([&] { head_session = start_tls(accepted, *head_tls, true, {}, io_clock::now() + 10s); });
+  auto member_session = start_tls(member, *member_tls, false, "127.0.0.1", io_clock::now() + 10s);
+  head_side.join();
+  ASSERT_TRUE(head_session && member_session);
+
+  const int duplicate = ::dup(member);  // (another number for the same connection)
+  const std::string secret = "a secret that never crosses in plain text";
+  send_all(socket_ref{duplicate, member_session.get()}, encode(frame_type::output, secret), io_clock::now() + 5s);
+  std::string raw(4096, '\0');
+  ASSERT_EQ(::poll(&(p = {accepted, POLLIN, 0}), 1, 5000), 1);
+  const ssize_t n = ::recv(accepted, raw.data(), raw.size(), MSG_PEEK);  // (left for the session to read)
+  ASSERT_GT(n, 0);
+  raw.resize(static_cast<std::size_t>(n));
+  EXPECT_EQ(raw.find("a secret"), std::string::npos) << "the bytes on the wire hold the text in plain";
+  frame_decoder in;
+  frame f;
+  ASSERT_EQ(receive(socket_ref{accepted, head_session.get()}, in, io_clock::now() + 5s, f), receive_status::frame);
+  EXPECT_EQ(f.body, secret);
+  EXPECT_EQ(tls_binding(socket_ref{accepted, head_session.get()}),
+            tls_binding(socket_ref{duplicate, member_session.get()}))
+      << "both ends of one session export the same keying material";
+  ::close(duplicate);
+  ::close(member);
+  ::close(accepted);
+  ::close(listener);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -49,20 +49,20 @@ bool same_secret(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-void send_all(int fd, const std::string& bytes, clock_type::time_point until) {
+void send_all(socket_ref peer, const std::string& bytes, clock_type::time_point until) {
   try {
-    bridge::send_all(fd, bytes, until);
+    bridge::send_all(peer, bytes, until);
   } catch (const io_error& e) {
     throw auth_error(std::string("manta bridge: during the handshake: ") + e.what());
   }
 }
 
 /// The next frame, of at most max_handshake_body bytes, before `until`.
-frame receive(int fd, frame_decoder& in, clock_type::time_point until) {
+frame receive(socket_ref peer, frame_decoder& in, clock_type::time_point until) {
   frame f;
   receive_status st;
   try {
-    st = bridge::receive(fd, in, until, f);
+    st = bridge::receive(peer, in, until, f);
   } catch (const wire_error& e) {
     throw auth_error(std::string("manta bridge: a malformed handshake: ") + e.what());
   } catch (const io_error& e) {
@@ -95,41 +95,41 @@ std::string token_check::welcome(const frame& f) const {
   return proof(token_, "head", theirs, nonce_, binding_);
 }
 
-void authenticate_peer(int fd, const std::string& token, std::chrono::milliseconds timeout) {
+void authenticate_peer(socket_ref peer, const std::string& token, std::chrono::milliseconds timeout) {
   frame_decoder in;
-  authenticate_peer(fd, token, in, timeout);
+  authenticate_peer(peer, token, in, timeout);
 }
 
-void authenticate_to_head(int fd, const std::string& token, std::chrono::milliseconds timeout) {
+void authenticate_to_head(socket_ref peer, const std::string& token, std::chrono::milliseconds timeout) {
   frame_decoder in;
-  authenticate_to_head(fd, token, in, timeout);
+  authenticate_to_head(peer, token, in, timeout);
 }
 
-void authenticate_peer(int fd, const std::string& token, frame_decoder& in, std::chrono::milliseconds timeout) {
+void authenticate_peer(socket_ref peer, const std::string& token, frame_decoder& in, std::chrono::milliseconds timeout) {
   const auto until = clock_type::now() + timeout;
-  const token_check check(token, tls_binding(fd));
-  send_all(fd, encode(frame_type::challenge, check.challenge()), until);
+  const token_check check(token, tls_binding(peer));
+  send_all(peer, encode(frame_type::challenge, check.challenge()), until);
   in.set_limit(max_handshake_body);
-  const frame f = receive(fd, in, until);
+  const frame f = receive(peer, in, until);
   std::string welcome;
   try {
     welcome = check.welcome(f);
   } catch (const token_refused& e) {
     try {
-      send_all(fd, encode(frame_type::refused, e.refusal()), clock_type::now() + std::chrono::milliseconds(200));
+      send_all(peer, encode(frame_type::refused, e.refusal()), clock_type::now() + std::chrono::milliseconds(200));
     } catch (const auth_error&) {  // it is being dropped anyway
     }
     throw;
   }
-  send_all(fd, encode(frame_type::welcome, welcome), until);
+  send_all(peer, encode(frame_type::welcome, welcome), until);
   in.set_limit(max_frame_body);
 }
 
-void authenticate_to_head(int fd, const std::string& token, frame_decoder& in, std::chrono::milliseconds timeout) {
+void authenticate_to_head(socket_ref peer, const std::string& token, frame_decoder& in, std::chrono::milliseconds timeout) {
   const auto until = clock_type::now() + timeout;
-  const std::string binding = tls_binding(fd);
+  const std::string binding = tls_binding(peer);
   in.set_limit(max_handshake_body);
-  frame f = receive(fd, in, until);
+  frame f = receive(peer, in, until);
   if (f.type != frame_type::challenge || f.body.size() != nonce_bytes)
     throw auth_error("manta bridge: the head did not open with a challenge");
   const std::string head = f.body;
@@ -137,8 +137,8 @@ void authenticate_to_head(int fd, const std::string& token, frame_decoder& in, s
   const std::string ours(reinterpret_cast<const char*>(fresh.data()), fresh.size());
   std::string body = ours;
   body += proof(token, "peer", head, ours, binding);
-  send_all(fd, encode(frame_type::proof, body), until);
-  f = receive(fd, in, until);
+  send_all(peer, encode(frame_type::proof, body), until);
+  f = receive(peer, in, until);
   if (f.type == frame_type::refused) throw auth_error("manta bridge: the head refused this peer: " + f.body);
   if (f.type != frame_type::welcome || !same_secret(f.body, proof(token, "head", ours, head, binding)))
     throw auth_error("manta bridge: the head did not prove it knows the cluster token");

@@ -17,6 +17,8 @@
 #include <string>
 #include <utility>
 
+#include "bridge/socket_io.hpp"
+
 namespace manta::bridge {
 
 /// The peer could not prove the token (or the head could not), or the
@@ -63,17 +65,17 @@ class token_refused : public auth_error {
   std::string why_;
 };
 
-/// The head's side, on a connected stream socket `fd` (blocking or not).
+/// The head's side, on a connected stream socket (blocking or not).
 /// `in` is the connection's decoder: it is limited to the handshake's frames
 /// while it runs, and keeps what arrived after them for the caller.
 /// @throws auth_error; the caller closes the connection.
-void authenticate_peer(int fd, const std::string& token, frame_decoder& in,
+void authenticate_peer(socket_ref s, const std::string& token, frame_decoder& in,
                        std::chrono::milliseconds timeout = handshake_timeout);
-void authenticate_peer(int fd, const std::string& token, std::chrono::milliseconds timeout = handshake_timeout);
+void authenticate_peer(socket_ref s, const std::string& token, std::chrono::milliseconds timeout = handshake_timeout);
 
 /// The joining peer's side. @throws auth_error.
-void authenticate_to_head(int fd, const std::string& token, frame_decoder& in,
+void authenticate_to_head(socket_ref s, const std::string& token, frame_decoder& in,
                           std::chrono::milliseconds timeout = handshake_timeout);
-void authenticate_to_head(int fd, const std::string& token, std::chrono::milliseconds timeout = handshake_timeout);
+void authenticate_to_head(socket_ref s, const std::string& token, std::chrono::milliseconds timeout = handshake_timeout);
 
 }  // namespace manta::bridge

@@ -63,15 +63,15 @@ node_link::node_link(const std::string& address, const std::string& token, node_
     throw join_error(e.what());
   }
   try {
-    if (auto tls = member_tls_from_env()) start_tls(fd_, *tls, false, host, io_clock::now() + handshake_timeout);
-    authenticate_to_head(fd_, token, in_);
+    if (auto tls = member_tls_from_env()) tls_ = start_tls(fd_, *tls, false, host, io_clock::now() + handshake_timeout);
+    authenticate_to_head(peer(), token, in_);
     std::sort(info.functions.begin(), info.functions.end());
     json j = {{"host", info.host},           {"pid", info.pid},   {"resources", info.resources},
               {"functions", info.functions}, {"role", info.role}, {"id", info.id}};
     auto until = io_clock::now() + std::chrono::seconds(5);
-    send_all(fd_, encode(frame_type::join, j.dump()), until);
+    send_all(peer(), encode(frame_type::join, j.dump()), until);
     frame f;
-    if (receive(fd_, in_, until, f) != receive_status::frame)
+    if (receive(peer(), in_, until, f) != receive_status::frame)
       throw join_error("manta: the head did not answer the join");
     if (f.type == frame_type::refused)  // (a driver is told it is the driver: it joins under the role "driver")
       throw join_error("manta: the head refused this " + std::string(info.role == "driver" ? "driver" : "node") + ": " +
@@ -80,15 +80,15 @@ node_link::node_link(const std::string& address, const std::string& token, node_
     if (f.type != frame_type::joined) throw join_error("manta: the head answered the join with something else");
     id_ = f.body;
   } catch (const join_error&) {
-    close_socket(fd_);
+    close_connection();
     throw;
   } catch (const std::exception& e) {
-    close_socket(fd_);
+    close_connection();
     throw join_error(e.what());
   }
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) {
-    close_socket(fd_);
+    close_connection();
     throw join_error(std::string("manta: eventfd: ") + std::strerror(errno));
   }
   try {
@@ -102,7 +102,7 @@ node_link::node_link(const std::string& address, const std::string& token, node_
     });
   } catch (const std::exception& e) {  // no thread to be had
     stop_beats();
-    close_socket(fd_);
+    close_connection();
     ::close(wake_fd_);
     throw join_error(std::string("manta: cannot start the link's threads: ") + e.what());
   }
@@ -116,8 +116,13 @@ node_link::~node_link() {
     thread_.detach();
   else
     thread_.join();
-  close_socket(fd_);
+  close_connection();
   ::close(wake_fd_);
+}
+
+void node_link::close_connection() noexcept {
+  if (fd_ >= 0) ::close(std::exchange(fd_, -1));
+  tls_.reset();
 }
 
 void node_link::stop_beats() {
@@ -185,7 +190,7 @@ void node_link::send_locked(std::string_view header, std::string_view body) {
     // A head that reads slowly (it paces a long frame by its receiver's speed)
     // is waited for while it reads or beats; one silent both ways for the silence limit is lost.
     const std::string_view pieces[] = {header, body};
-    send_all(fd_, pieces, io_clock::now() + send_limit_for(body.size()), silence_limit_, &last_heard_);
+    send_all(peer(), pieces, io_clock::now() + send_limit_for(body.size()), silence_limit_, &last_heard_);
   } catch (const send_timeout&) {
     // Part of a frame may have left: the link cannot go on. Its reader sees it
     // closed and ends it (on_end, saying why), so nothing waits on a frame that never arrives.
@@ -214,7 +219,7 @@ void node_link::run() {
     for (;;) {
       reader_looped_.store(io_clock::now(), std::memory_order_release);
       frame_view v;  // parts go from the read buffer into their long frame: one copy
-      receive_status st = receive_view(fd_, in, io_clock::now() + heartbeat_every, v, wake_fd_);
+      receive_status st = receive_view(peer(), in, io_clock::now() + heartbeat_every, v, wake_fd_);
       if (st == receive_status::woken) return;  // the link is being destroyed: no callback
       if (st == receive_status::closed) {
         why = "the head was lost (its connection closed)";
@@ -273,26 +278,28 @@ std::string ask_head(const std::string& address, const std::string& token, const
   int fd = -1;
   try {
     fd = connect_to(host, port, std::chrono::seconds(5));
-    if (auto tls = member_tls_from_env()) start_tls(fd, *tls, false, host, io_clock::now() + handshake_timeout);
-    authenticate_to_head(fd, token);
+    std::unique_ptr<tls_session> tls;
+    if (auto context = member_tls_from_env()) tls = start_tls(fd, *context, false, host, io_clock::now() + handshake_timeout);
+    const socket_ref head{fd, tls.get()};
+    authenticate_to_head(head, token);
     auto until = io_clock::now() + std::chrono::seconds(10);
-    send_all(fd, encode(request == "stop" ? frame_type::stop_request : frame_type::status_request, ""), until);
+    send_all(head, encode(request == "stop" ? frame_type::stop_request : frame_type::status_request, ""), until);
     frame_decoder in;
     frame f;
-    const receive_status st = receive(fd, in, until, f);
+    const receive_status st = receive(head, in, until, f);
     if (st != receive_status::frame)
       throw join_error("manta: the head at " + address + " did not answer (" +
                        (st == receive_status::closed ? "it closed the connection" : "not within 10 s") + ")");
     if (f.type != frame_type::status_reply)
       throw join_error("manta: the head at " + address + " answered with a frame of type " +
                        std::to_string(static_cast<int>(f.type)) + (f.type == frame_type::refused ? ": " + f.body : ""));
-    close_socket(fd);
+    ::close(fd);
     return f.body;
   } catch (const join_error&) {
-    close_socket(fd);
+    if (fd >= 0) ::close(fd);
     throw;
   } catch (const std::exception& e) {
-    close_socket(fd);
+    if (fd >= 0) ::close(fd);
     throw join_error(e.what());
   }
 }

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <stdexcept>
@@ -23,6 +24,7 @@
 
 #include "bridge/head_state.hpp"
 #include "bridge/socket_io.hpp"
+#include "bridge/tls.hpp"
 #include "bridge/wire.hpp"
 
 namespace manta::bridge {
@@ -75,8 +77,13 @@ class node_link {
 
   /// Sends a frame (send_mu_ held); a failure shuts the connection down.
   void send_locked(std::string_view header, std::string_view body);
+  /// The connection, with its TLS session if it has one.
+  socket_ref peer() const noexcept { return {fd_, tls_.get()}; }
+  /// Closes the socket, then forgets its session (no thread uses either any more).
+  void close_connection() noexcept;
 
   int fd_ = -1;
+  std::unique_ptr<tls_session> tls_;
   std::mutex send_mu_;  ///< the beat thread and senders
   /// When the link's thread last heard the head: a send the head paces (it
   /// reads us no faster than our frame's receiver takes it) waits while the

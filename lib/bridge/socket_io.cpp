@@ -49,20 +49,21 @@ std::string why(int e) { return std::strerror(e); }
 
 }  // namespace
 
-void send_all(int fd, std::string_view bytes, io_clock::time_point until) { send_all(fd, bytes, {}, until); }
+void send_all(socket_ref s, std::string_view bytes, io_clock::time_point until) { send_all(s, bytes, {}, until); }
 
-void send_all(int fd, std::string_view first, std::string_view second, io_clock::time_point until) {
+void send_all(socket_ref s, std::string_view first, std::string_view second, io_clock::time_point until) {
   const std::string_view pieces[] = {first, second};
-  send_all(fd, std::span<const std::string_view>(pieces), until);
+  send_all(s, std::span<const std::string_view>(pieces), until);
 }
 
-void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until) {
-  send_all(fd, pieces, until, io_clock::duration{});
+void send_all(socket_ref s, std::span<const std::string_view> pieces, io_clock::time_point until) {
+  send_all(s, pieces, until, io_clock::duration{});
 }
 
-void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until, io_clock::duration stall,
-              const heard_time* heard) {
-  if (tls_send_all(fd, pieces, until, stall, heard)) return;  // (a TLS connection)
+void send_all(socket_ref s, std::span<const std::string_view> pieces, io_clock::time_point until,
+              io_clock::duration stall, const heard_time* heard) {
+  if (s.tls) return tls_send_all(*s.tls, s.fd, pieces, until, stall, heard);
+  const int fd = s.fd;
   std::size_t piece = 0, at = 0;  // the first byte not sent yet
   for (;;) {
     while (piece < pieces.size() && at == pieces[piece].size()) ++piece, at = 0;
@@ -101,8 +102,9 @@ void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_p
 namespace {
 /// Waits for bytes until `until` and reads them straight into `in`'s buffer,
 /// as much as the frame begun still lacks. @returns frame when bytes came
-receive_status read_into(int fd, frame_decoder& in, io_clock::time_point until, int wake_fd) {
-  if (receive_status st; tls_read_into(fd, in, until, wake_fd, st)) return st;  // (a TLS connection)
+receive_status read_into(socket_ref s, frame_decoder& in, io_clock::time_point until, int wake_fd) {
+  if (s.tls) return tls_read_into(*s.tls, s.fd, in, until, wake_fd);
+  const int fd = s.fd;
   for (;;) {
     pollfd p[2] = {{fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
     int ready = ::poll(p, wake_fd >= 0 ? 2 : 1, left_ms(until));
@@ -125,23 +127,23 @@ receive_status read_into(int fd, frame_decoder& in, io_clock::time_point until, 
 }
 }  // namespace
 
-receive_status receive(int fd, frame_decoder& in, io_clock::time_point until, frame& out, int wake_fd) {
+receive_status receive(socket_ref s, frame_decoder& in, io_clock::time_point until, frame& out, int wake_fd) {
   for (;;) {
     if (auto f = in.next()) {
       out = std::move(*f);
       return receive_status::frame;
     }
-    if (auto st = read_into(fd, in, until, wake_fd); st != receive_status::frame) return st;
+    if (auto st = read_into(s, in, until, wake_fd); st != receive_status::frame) return st;
   }
 }
 
-receive_status receive_view(int fd, frame_decoder& in, io_clock::time_point until, frame_view& out, int wake_fd) {
+receive_status receive_view(socket_ref s, frame_decoder& in, io_clock::time_point until, frame_view& out, int wake_fd) {
   for (;;) {
     if (auto f = in.next_view()) {
       out = *f;
       return receive_status::frame;
     }
-    if (auto st = read_into(fd, in, until, wake_fd); st != receive_status::frame) return st;
+    if (auto st = read_into(s, in, until, wake_fd); st != receive_status::frame) return st;
   }
 }
 

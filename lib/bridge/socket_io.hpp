@@ -27,13 +27,24 @@ class send_timeout : public io_error {
   send_timeout() : io_error("manta bridge: a send timed out") {}
 };
 
+class tls_session;
+/// A connected socket as the sends and receives here see it: its descriptor,
+/// and its TLS session when it has one. Whoever owns the connection owns the
+/// session and names it here, so a TLS connection is never written in plain
+/// (a plain int is a plain TCP socket).
+struct socket_ref {
+  socket_ref(int fd, tls_session* tls = nullptr) noexcept : fd(fd), tls(tls) {}  // NOLINT(google-explicit-constructor)
+  int fd;
+  tls_session* tls;
+};
+
 /// Sends all of `bytes` before `until`. @throws io_error
-void send_all(int fd, std::string_view bytes, io_clock::time_point until);
+void send_all(socket_ref s, std::string_view bytes, io_clock::time_point until);
 /// Sends all of `first` then all of `second` (one frame's header and body,
 /// without joining them) before `until`. @throws io_error
-void send_all(int fd, std::string_view first, std::string_view second, io_clock::time_point until);
+void send_all(socket_ref s, std::string_view first, std::string_view second, io_clock::time_point until);
 /// Sends all of `pieces` in order (several frames in one call) before `until`. @throws io_error
-void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until);
+void send_all(socket_ref s, std::span<const std::string_view> pieces, io_clock::time_point until);
 /// When another thread last heard the peer (a frame or bytes from it): set by
 /// the connection's reader, read by its senders.
 using heard_time = std::atomic<io_clock::time_point>;
@@ -43,8 +54,8 @@ using heard_time = std::atomic<io_clock::time_point>;
 /// `heard`, the deadline also moves to `stall` after the peer was last heard:
 /// a peer that paces what it reads from us (behind a slow receiver of its own)
 /// but still speaks is waited for.
-void send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until, io_clock::duration stall,
-              const heard_time* heard = nullptr);
+void send_all(socket_ref s, std::span<const std::string_view> pieces, io_clock::time_point until,
+              io_clock::duration stall, const heard_time* heard = nullptr);
 
 // For the sends here and in bridge/tls: milliseconds left to `until` (-1: no
 // limit); how long one wait of a send may be (short while `heard` may move
@@ -61,9 +72,9 @@ enum class receive_status { frame, timeout, closed, woken };
 /// Waits for the next frame (into `out`) until `until`, or until `wake_fd`
 /// (an eventfd, -1: none) is readable. @throws wire_error for a malformed or
 /// oversized frame, io_error if the connection broke
-receive_status receive(int fd, frame_decoder& in, io_clock::time_point until, frame& out, int wake_fd = -1);
+receive_status receive(socket_ref s, frame_decoder& in, io_clock::time_point until, frame& out, int wake_fd = -1);
 /// The same, the frame left in `in`'s buffer (valid until `in` is next used).
-receive_status receive_view(int fd, frame_decoder& in, io_clock::time_point until, frame_view& out,
+receive_status receive_view(socket_ref s, frame_decoder& in, io_clock::time_point until, frame_view& out,
                             int wake_fd = -1);
 
 /// A TCP connection to HOST:PORT (resolved with Boost.Asio), within `timeout`.

@@ -1,8 +1,8 @@
 // bridge/tls.cpp: OpenSSL sessions over the bridge's non-blocking sockets.
-// A session's reader and its writers are different threads (the head's
-// serve and writer threads, a link's thread and its senders): every call
-// into the session holds its mutex, and waiting for the socket (poll) never
-// does, so a reader waiting for bytes holds up no writer.
+// A session's reader and its writers are different threads (a link's thread,
+// its senders and its beats): every call into the session holds its mutex,
+// and waiting for the socket (poll) never does, so a reader waiting for bytes
+// holds up no writer.
 #include "bridge/tls.hpp"
 
 #include <arpa/inet.h>
@@ -19,33 +19,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <unordered_map>
 
 namespace manta::bridge {
 namespace {
-
-struct session {
-  SSL* ssl = nullptr;
-  std::mutex mu;
-  bool closed = false;  ///< its socket was closed: a thread still holding it must not use the number again
-  ~session() { SSL_free(ssl); }
-};
-
-[[noreturn]] void closed_under_us() { throw io_error("manta bridge: the TLS connection was closed"); }
-
-std::mutex registry_mu;
-std::unordered_map<int, std::shared_ptr<session>>& registry() {
-  static auto* sessions = new std::unordered_map<int, std::shared_ptr<session>>();
-  return *sessions;
-}
-std::atomic<int> session_count{0};  ///< none: every send and receive skips the registry
-
-std::shared_ptr<session> session_of(int fd) {
-  if (session_count.load(std::memory_order_acquire) == 0) return nullptr;
-  std::lock_guard lock(registry_mu);
-  auto it = registry().find(fd);
-  return it == registry().end() ? nullptr : it->second;
-}
 
 /// OpenSSL's queued errors as text (and the queue emptied), or `fallback`.
 std::string ssl_errors(const char* fallback) {
@@ -114,25 +90,29 @@ std::shared_ptr<tls_context> member_tls_from_env() {
   return nullptr;
 }
 
-void start_tls(int fd, const tls_context& ctx, bool as_head, const std::string& host, io_clock::time_point until) {
-  auto s = std::make_shared<session>();
+tls_session::~tls_session() { SSL_free(ssl_); }
+
+std::unique_ptr<tls_session> start_tls(int fd, const tls_context& ctx, bool as_head, const std::string& host,
+                                       io_clock::time_point until) {
   ERR_clear_error();
-  s->ssl = SSL_new(ctx.native());
-  if (!s->ssl || SSL_set_fd(s->ssl, fd) != 1) throw io_error("manta bridge: TLS: " + ssl_errors("no session"));
+  SSL* ssl = SSL_new(ctx.native());
+  if (!ssl) throw io_error("manta bridge: TLS: " + ssl_errors("no session"));
+  auto s = std::make_unique<tls_session>(ssl);
+  if (SSL_set_fd(ssl, fd) != 1) throw io_error("manta bridge: TLS: " + ssl_errors("no session"));
   if (!as_head && ctx.checks_head()) {
     // The head's certificate must name what was connected to: an address, or a host name.
     in6_addr any;
     const bool address = ::inet_pton(AF_INET, host.c_str(), &any) == 1 || ::inet_pton(AF_INET6, host.c_str(), &any) == 1;
-    const int named = address ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(s->ssl), host.c_str())
-                              : SSL_set1_host(s->ssl, host.c_str());
+    const int named = address ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host.c_str())
+                              : SSL_set1_host(ssl, host.c_str());
     if (named != 1) throw io_error("manta bridge: TLS: cannot check the head's certificate for " + host);
   }
-  if (!as_head && !host.empty()) SSL_set_tlsext_host_name(s->ssl, host.c_str());
+  if (!as_head && !host.empty()) SSL_set_tlsext_host_name(ssl, host.c_str());
   for (;;) {
     ERR_clear_error();
-    const int r = as_head ? SSL_accept(s->ssl) : SSL_connect(s->ssl);
+    const int r = as_head ? SSL_accept(ssl) : SSL_connect(ssl);
     if (r == 1) break;
-    const int e = SSL_get_error(s->ssl, r);
+    const int e = SSL_get_error(ssl, r);
     if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
       if (!wait_for(fd, e, left_ms(until))) throw io_error("manta bridge: the TLS handshake timed out");
       continue;
@@ -141,23 +121,20 @@ void start_tls(int fd, const tls_context& ctx, bool as_head, const std::string& 
     std::string why = ssl_errors(closed ? "the other side closed the connection"
                                  : as_head ? "the peer speaks no TLS"
                                            : "the head speaks no TLS");
-    const bool rejected = !as_head && ctx.checks_head() && SSL_get_verify_result(s->ssl) != X509_V_OK;
+    const bool rejected = !as_head && ctx.checks_head() && SSL_get_verify_result(ssl) != X509_V_OK;
     if (rejected)
-      why = std::string("the head's certificate: ") + X509_verify_cert_error_string(SSL_get_verify_result(s->ssl));
+      why = std::string("the head's certificate: ") + X509_verify_cert_error_string(SSL_get_verify_result(ssl));
     const bool hint = !as_head && !rejected && e == SSL_ERROR_SSL;
     throw io_error("manta bridge: the TLS handshake with " + (host.empty() ? std::string("a peer") : host) +
                    " failed (" + why + ")" + (hint ? "; was the head started with --tls-cert?" : ""));
   }
-  std::lock_guard lock(registry_mu);
-  auto [it, fresh] = registry().insert_or_assign(fd, std::move(s));
-  if (fresh) session_count.fetch_add(1, std::memory_order_release);
+  return s;
 }
 
-std::string tls_binding(int fd) {
-  std::shared_ptr<session> s = session_of(fd);
-  if (!s) return {};
-  std::lock_guard lock(s->mu);
-  return tls_binding(s->ssl);
+std::string tls_binding(socket_ref s) {
+  if (!s.tls) return {};
+  std::lock_guard lock(s.tls->mutex());
+  return tls_binding(s.tls->native());
 }
 
 std::string tls_binding(SSL* ssl) {
@@ -168,28 +145,8 @@ std::string tls_binding(SSL* ssl) {
   return {reinterpret_cast<const char*>(out), sizeof out};
 }
 
-void close_socket(int fd) noexcept {
-  if (fd < 0) return;
-  std::shared_ptr<session> s;
-  if (session_count.load(std::memory_order_acquire) != 0) {
-    std::lock_guard lock(registry_mu);
-    if (auto it = registry().find(fd); it != registry().end()) {
-      s = std::move(it->second);
-      registry().erase(it);
-      session_count.fetch_sub(1, std::memory_order_release);
-    }
-  }
-  if (s) {  // (the number may be reused once closed: nobody may write through it after)
-    std::lock_guard lock(s->mu);
-    s->closed = true;
-  }
-  ::close(fd);
-}
-
-bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::time_point until,
+void tls_send_all(tls_session& session, int fd, std::span<const std::string_view> pieces, io_clock::time_point until,
                   io_clock::duration stall, const heard_time* heard) {
-  std::shared_ptr<session> s = session_of(fd);
-  if (!s) return false;
   // Small pieces (a batch of frames) go as one record, not one each.
   std::string joined;
   std::span<const std::string_view> what = pieces;
@@ -209,11 +166,10 @@ bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::ti
       const int chunk = static_cast<int>(std::min<std::size_t>(piece.size() - at, 1u << 20));
       int n, e = 0;
       {
-        std::lock_guard lock(s->mu);
-        if (s->closed) closed_under_us();
+        std::lock_guard lock(session.mutex());
         ERR_clear_error();
-        n = SSL_write(s->ssl, piece.data() + at, chunk);
-        if (n <= 0) e = SSL_get_error(s->ssl, n);
+        n = SSL_write(session.native(), piece.data() + at, chunk);
+        if (n <= 0) e = SSL_get_error(session.native(), n);
       }
       if (n > 0) {
         at += static_cast<std::size_t>(n);
@@ -228,53 +184,38 @@ bool tls_send_all(int fd, std::span<const std::string_view> pieces, io_clock::ti
       throw io_error("manta bridge: the TLS connection broke: " + ssl_errors(std::strerror(errno)));
     }
   }
-  return true;
 }
 
-bool tls_read_into(int fd, frame_decoder& in, io_clock::time_point until, int wake_fd, receive_status& status) {
-  std::shared_ptr<session> s = session_of(fd);
-  if (!s) return false;
+receive_status tls_read_into(tls_session& session, int fd, frame_decoder& in, io_clock::time_point until, int wake_fd) {
   for (;;) {
     if (wake_fd >= 0) {  // asked to stop: before reading on, as the plain path does
       pollfd w{wake_fd, POLLIN, 0};
-      if (::poll(&w, 1, 0) > 0) {
-        status = receive_status::woken;
-        return true;
-      }
+      if (::poll(&w, 1, 0) > 0) return receive_status::woken;
     }
     // Read first, wait after: the session may hold bytes the socket no longer shows.
     std::span<char> room = in.space(in.wanted());
     int n, e = 0;
     {
-      std::lock_guard lock(s->mu);
-      if (s->closed) closed_under_us();
+      std::lock_guard lock(session.mutex());
       ERR_clear_error();
-      n = SSL_read(s->ssl, room.data(), static_cast<int>(std::min<std::size_t>(room.size(), INT_MAX)));
-      if (n <= 0) e = SSL_get_error(s->ssl, n);
+      n = SSL_read(session.native(), room.data(), static_cast<int>(std::min<std::size_t>(room.size(), INT_MAX)));
+      if (n <= 0) e = SSL_get_error(session.native(), n);
     }
     if (n > 0) {
       in.commit(static_cast<std::size_t>(n));
-      status = receive_status::frame;
-      return true;
+      return receive_status::frame;
     }
     if (e == SSL_ERROR_ZERO_RETURN || (e == SSL_ERROR_SYSCALL && (errno == 0 || errno == ECONNRESET || errno == EPIPE))) {
       ERR_clear_error();
-      status = receive_status::closed;
-      return true;
+      return receive_status::closed;
     }
     if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE)
       throw io_error("manta bridge: the TLS connection broke: " + ssl_errors(std::strerror(errno)));
     pollfd p[2] = {{fd, static_cast<short>(e == SSL_ERROR_WANT_WRITE ? POLLOUT : POLLIN), 0}, {wake_fd, POLLIN, 0}};
     const int ready = ::poll(p, wake_fd >= 0 ? 2 : 1, left_ms(until));
-    if (ready == 0) {
-      status = receive_status::timeout;
-      return true;
-    }
+    if (ready == 0) return receive_status::timeout;
     if (ready < 0 && errno != EINTR) throw io_error(std::string("manta bridge: poll: ") + std::strerror(errno));
-    if (ready > 0 && wake_fd >= 0 && p[1].revents) {
-      status = receive_status::woken;
-      return true;
-    }
+    if (ready > 0 && wake_fd >= 0 && p[1].revents) return receive_status::woken;
   }
 }
 
