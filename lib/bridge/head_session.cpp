@@ -399,9 +399,7 @@ bool head::connection::write_stalled(io_clock::time_point now) {
   if (!writing_ || !send_failed_.empty()) return false;
   const auto last = std::max(progress_.load(std::memory_order_acquire), heard_.load(std::memory_order_acquire));
   if (now < write_limit_ || now < last + stall_) return false;
-  const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - heard_.load());
-  send_failed_ = "a send to it timed out: it had read nothing and said nothing for " + std::to_string(quiet.count()) +
-                 " ms";
+  send_failed_ = send_timeout_why(heard_.load(), now);
   std::fprintf(stderr, "manta head: dropped %s: %s\n", address.c_str(), send_failed_.c_str());
   return true;
 }

@@ -194,12 +194,9 @@ void node_link::send_locked(std::string_view header, std::string_view body) {
   } catch (const send_timeout&) {
     // Part of a frame may have left: the link cannot go on. Its reader sees it
     // closed and ends it (on_end, saying why), so nothing waits on a frame that never arrives.
-    const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(io_clock::now() - last_heard_.load());
     {
       std::lock_guard lock(why_mu_);
-      if (send_failed_.empty())
-        send_failed_ = "a send to it timed out: it had read nothing and said nothing for " +
-                       std::to_string(quiet.count()) + " ms";
+      if (send_failed_.empty()) send_failed_ = send_timeout_why(last_heard_.load());
     }
     ::shutdown(fd_, SHUT_RDWR);
     throw;

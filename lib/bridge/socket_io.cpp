@@ -38,6 +38,11 @@ bool send_ran_out(io_clock::time_point& until, io_clock::duration stall, const h
   return io_clock::now() >= until;
 }
 
+std::string send_timeout_why(io_clock::time_point heard, io_clock::time_point now) {
+  const auto quiet = std::chrono::duration_cast<std::chrono::milliseconds>(now - heard);
+  return "a send to it timed out: it had read nothing and said nothing for " + std::to_string(quiet.count()) + " ms";
+}
+
 bool writable_now(int fd) {
   pollfd p{fd, POLLOUT, 0};
   return ::poll(&p, 1, 0) > 0 && (p.revents & POLLOUT);

@@ -45,6 +45,9 @@ void send_all(socket_ref s, std::string_view bytes, io_clock::time_point until);
 void send_all(socket_ref s, std::string_view first, std::string_view second, io_clock::time_point until);
 /// Sends all of `pieces` in order (several frames in one call) before `until`. @throws io_error
 void send_all(socket_ref s, std::span<const std::string_view> pieces, io_clock::time_point until);
+/// Why a send to a peer timed out, for logs and the node table: it read
+/// nothing and said nothing since `heard`.
+std::string send_timeout_why(io_clock::time_point heard, io_clock::time_point now = io_clock::now());
 /// When another thread last heard the peer (a frame or bytes from it): set by
 /// the connection's reader, read by its senders.
 using heard_time = std::atomic<io_clock::time_point>;
