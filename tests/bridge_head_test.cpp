@@ -9,8 +9,10 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,6 +26,7 @@
 #include "bridge/socket_io.hpp"
 #include "bridge/tls.hpp"
 #include "bridge/wire.hpp"
+#include "bridge_support.hpp"
 #include "support.hpp"
 
 namespace {
@@ -118,6 +121,36 @@ TEST(bridge_head, what_a_stranger_sends_before_the_token_ends_its_connection_alo
   EXPECT_NE(ask_head(at(h), token, "status").find("node-1"), std::string::npos);
   ASSERT_EQ(h.nodes().size(), 1u);
   EXPECT_TRUE(h.nodes()[0].alive);
+}
+
+// Found in review of the Asio head: a receiver's writer woke every sender
+// paused behind it, and one that found the queue full again (another sender
+// had refilled it) was registered nowhere: it waited for its own 69 s limit.
+TEST(bridge_head, senders_paused_behind_one_receiver_all_resume_when_it_reads_again) {
+  manta::testing::silence_limit_of patient("30");  // (the node's stuck reader must not lose it)
+  head h({.token = token, .lost_after = 30s});
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> stuck{false};
+  std::atomic<std::size_t> got{0};
+  node_link node(at(h), token, a_node(), nullptr, [&](std::vector<frame>&& frames) {
+    got += frames.size();
+    if (!stuck.exchange(true)) released.wait_for(60s);  // the first frame: its reader stops a while
+  });
+  node_info as_driver = a_node();
+  as_driver.role = "driver";
+  node_link first(at(h), token, as_driver, nullptr), second(at(h), token, as_driver, nullptr);
+  manta::testing::long_task(1000, 1).send_by(first);
+  ASSERT_TRUE(manta::testing::eventually([&] { return stuck.load(); }, 20s));
+  // Past 128 MiB queued for the node, the head stops reading both drivers.
+  const manta::testing::long_task a(160u << 20, 2), b(160u << 20, 3);
+  auto sent_a = std::async(std::launch::async, [&] { a.send_by(first); });
+  auto sent_b = std::async(std::launch::async, [&] { b.send_by(second); });
+  EXPECT_EQ(sent_a.wait_for(3s), std::future_status::timeout) << "the head read on while the node read nothing";
+  release.set_value();
+  EXPECT_EQ(sent_a.wait_for(40s), std::future_status::ready) << "a paused sender was never resumed";
+  EXPECT_EQ(sent_b.wait_for(40s), std::future_status::ready) << "a paused sender was never resumed";
+  EXPECT_TRUE(manta::testing::eventually([&] { return got.load() == 3; }, 40s)) << got.load();
 }
 
 // Issue 31 (review): TLS sessions lived in a process-wide map keyed by

@@ -27,12 +27,15 @@
 #include "bridge/node_link.hpp"
 #include "bridge/token.hpp"
 #include "bridge/wire.hpp"
+#include "bridge_support.hpp"
 #include "support.hpp"
 
 namespace {
 
 using namespace manta::bridge;
 using namespace std::chrono_literals;
+using manta::testing::long_task;
+using manta::testing::silence_limit_of;
 
 const std::string token = "9d8c7b6a5f4e3d2c1b0a99887766554433221100ffeeddccbbaa998877665544";
 // ---- membership: the head's node table, heartbeats, lost nodes
@@ -326,41 +329,6 @@ TEST(bridge_membership, stopping_the_cluster_ends_every_node_and_a_lost_head_is_
 }
 
 // ---- a sender the head paces (issue 31, defect 1, the sending side)
-
-/// Sets MANTA_SILENCE_LIMIT_S for this scope (members made in it read it).
-class silence_limit_of {
- public:
-  explicit silence_limit_of(const char* seconds) {
-    if (const char* was = std::getenv("MANTA_SILENCE_LIMIT_S")) before_ = was;
-    ::setenv("MANTA_SILENCE_LIMIT_S", seconds, 1);
-  }
-  ~silence_limit_of() {
-    if (before_.empty()) ::unsetenv("MANTA_SILENCE_LIMIT_S");
-    else ::setenv("MANTA_SILENCE_LIMIT_S", before_.c_str(), 1);
-  }
-
- private:
-  std::string before_;
-};
-
-/// A task for "f" whose arguments are `bytes` long: a long frame (it goes in
-/// parts), its header and its arguments, as the runtime sends one.
-struct long_task {
-  explicit long_task(std::size_t bytes) : args(bytes, 'x') {
-    remote_task t;
-    t.id = 1;
-    t.name = "f";
-    t.num_returns = 1;
-    t.origin = "driver";
-    t.args = args;  // (the header counts them)
-    head = encode_task_head(t);
-  }
-  void send_by(node_link& link) const {
-    const std::string_view pieces[] = {head, args};
-    link.send(frame_type::run_task, pieces);
-  }
-  std::string head, args;
-};
 
 // The head reads a long frame no faster than its receiver takes it. A sender
 // it paused past the silence limit was lost: its send saw no byte leave, and

@@ -4,6 +4,7 @@
 // goes to the head's state (head_state.cpp), under mu_.
 #include "bridge/head.hpp"
 
+#include <fcntl.h>
 #include <openssl/ssl.h>
 
 #include <algorithm>
@@ -33,8 +34,15 @@ constexpr std::size_t max_handshakes = 32, max_handshakes_per_address = 8;
 constexpr auto watch_every = std::chrono::milliseconds(100);
 
 /// Threads running the sessions: a few, whatever the number of peers (a
-/// session's work is short: TLS, copies into the kernel, routing under the lock).
-unsigned session_threads() { return std::clamp(std::thread::hardware_concurrency(), 2u, 4u); }
+/// session's work is short: TLS, copies into the kernel, routing under the
+/// lock), each with its io_context (one thread each: no locking inside Asio,
+/// and a session's handlers never hop between threads).
+std::vector<std::unique_ptr<asio::io_context>> session_contexts() {
+  std::vector<std::unique_ptr<asio::io_context>> contexts;
+  for (unsigned i = std::clamp(std::thread::hardware_concurrency(), 2u, 4u); i > 0; --i)
+    contexts.push_back(std::make_unique<asio::io_context>(1));
+  return contexts;
+}
 
 /// An SSL_CTX shared with `tls` (the head's Asio context takes a reference of its own).
 asio::ssl::context asio_context_of(const tls_context& tls) {
@@ -46,10 +54,10 @@ asio::ssl::context asio_context_of(const tls_context& tls) {
 
 head::head(config c)
     : cfg_(std::move(c)),
-      acceptor_(io_),
-      accept_pause_(io_),
-      watch_strand_(asio::make_strand(io_)),
-      watch_timer_(watch_strand_),
+      contexts_(session_contexts()),
+      acceptor_(*contexts_[0]),
+      accept_pause_(*contexts_[0]),
+      watch_timer_(*contexts_[0]),
       port_(cfg_.port),
       state_({.lost_after = cfg_.lost_after, .node_wait = cfg_.node_wait}) {
   if (cfg_.token.empty()) throw std::invalid_argument("manta bridge: a head needs the cluster token");
@@ -64,13 +72,14 @@ head::head(config c)
   accept_next();
   next_beat_ = io_clock::now();
   watch();
+  for (auto& io : contexts_) keep_running_.push_back(asio::make_work_guard(*io));
   try {
-    for (unsigned i = session_threads(); i > 0; --i)
-      threads_.emplace_back([this] {
+    for (auto& context : contexts_)
+      threads_.emplace_back([io = context.get()] {
         observe::name_runtime_thread("manta-head-io");  // (names what top -H and perf show)
         for (;;) {
           try {
-            io_.run();
+            io->run();
             return;
           } catch (const std::exception& e) {  // a handler's bug must not take the head's thread with it
             std::fprintf(stderr, "manta head: a session's handler failed: %s\n", e.what());
@@ -78,7 +87,7 @@ head::head(config c)
         }
       });
   } catch (...) {  // no thread to be had: nothing runs, and the caller hears why
-    io_.stop();
+    for (auto& io : contexts_) io->stop();
     for (auto& t : threads_) t.join();
     throw;
   }
@@ -86,12 +95,12 @@ head::head(config c)
 
 head::~head() {
   stopping_ = true;  // no node joins from here on...
-  asio::post(io_, [this] {
+  asio::post(*contexts_[0], [this] {
     error_code ignored;
     acceptor_.close(ignored);
     accept_pause_.cancel();
+    watch_timer_.cancel();
   });
-  asio::post(watch_strand_, [this] { watch_timer_.cancel(); });
   stop_cluster();  // ...and every node that did is told
   std::vector<std::shared_ptr<connection>> all;
   {
@@ -101,14 +110,15 @@ head::~head() {
   const auto until = io_clock::now() + std::chrono::seconds(2);
   for (auto& c : all) c->flush(until);  // the stops leave before the connections close
   for (auto& c : all) c->shut();
-  io_.stop();  // (handlers still queued are dropped with the sessions they hold)
+  for (auto& io : contexts_) io->stop();  // (handlers still queued are dropped with the sessions they hold)
   for (auto& t : threads_) t.join();
   std::lock_guard lock(mu_);
   connections_.clear();
 }
 
 void head::accept_next() {
-  acceptor_.async_accept(asio::make_strand(io_), [this](const error_code& ec, tcp::socket socket) {
+  asio::io_context& home = *contexts_[next_context_++ % contexts_.size()];  // (sessions dealt in turn)
+  acceptor_.async_accept(home, [this](const error_code& ec, tcp::socket socket) {
     if (stopping_ || ec == asio::error::operation_aborted) return;
     if (ec == asio::error::no_descriptors || ec.value() == ENFILE) {  // it stays pending: do not spin on it
       accept_pause_.expires_after(std::chrono::milliseconds(100));
@@ -117,12 +127,21 @@ void head::accept_next() {
       });
       return;
     }
-    if (!ec) admit(std::move(socket));
+    if (!ec) {
+      try {
+        admit(std::move(socket));
+      } catch (const std::exception& e) {  // (no memory, no TLS session): this peer goes, the head accepts on
+        std::fprintf(stderr, "manta head: could not take a connection: %s\n", e.what());
+      }
+    }
     accept_next();
   });
 }
 
 void head::admit(tcp::socket socket) {
+  // Not inherited by programs this process starts (the head may live in rank
+  // 0's own process): a connection the head closes must close.
+  ::fcntl(socket.native_handle(), F_SETFD, FD_CLOEXEC);
   error_code ignored;  // frames go out at once: small ones must not wait for the peer's delayed ACK (Nagle)
   socket.set_option(tcp::no_delay(true), ignored);
   auto c = std::make_shared<connection>(*this, std::move(socket));
@@ -171,6 +190,17 @@ void head::watch() {
   watch_timer_.expires_after(watch_every);
   watch_timer_.async_wait([this](const error_code& ec) {
     if (ec || stopping_) return;
+    try {
+      watch_once();
+    } catch (const std::exception& e) {  // (no memory): the next turn tries again
+      std::fprintf(stderr, "manta head: the silence watcher failed: %s\n", e.what());
+    }
+    watch();
+  });
+}
+
+void head::watch_once() {
+  {
     const auto now = io_clock::now();
     std::vector<head_state::outgoing> out;
     std::vector<head_state::member_ptr> silent;
@@ -206,8 +236,7 @@ void head::watch() {
       }
       c.end_reads("");  // (lost already: the stop goes, then the connection closes)
     }
-    watch();
-  });
+  }
 }
 
 void head::send_all_of(std::vector<head_state::outgoing>& out) {

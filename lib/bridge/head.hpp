@@ -6,10 +6,11 @@
 // table, or stops the cluster (every member is told).
 //
 // Every connection is a Boost.Asio session (bridge/head_session.hpp): its
-// reads, its writes and its deadlines run on its own strand, over a few
-// threads shared by all of them, so no connection holds a thread and no
-// thread ever waits on a slow peer. The accept loop and the silence watcher
-// are Asio handlers too. The state is under one mutex, and frames are queued
+// reads, its writes and its deadlines run on one of a few threads, each with
+// an io_context of its own (sessions are dealt to them in turn, and a
+// session's handlers all run on its thread: its strand), so no connection
+// holds a thread and no thread ever waits on a slow peer. The accept loop and
+// the silence watcher are Asio handlers too, on the first thread. The state is under one mutex, and frames are queued
 // under it: frames for one peer go in the order they were made.
 #pragma once
 
@@ -26,8 +27,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 
 #include "bridge/head_state.hpp"
 #include "bridge/tls.hpp"
@@ -72,16 +73,21 @@ class head {
   friend struct connection;
   void accept_next();
   void admit(boost::asio::ip::tcp::socket socket);
-  void watch();  ///< the silence watcher's turn (every 100 ms)
+  void watch();       ///< arms the silence watcher's next turn (every 100 ms)
+  void watch_once();  ///< its turn: silent members lost, stalled writes shut, heartbeats sent
   /// Queues each frame on its member's connection (mu_ held).
   void send_all_of(std::vector<head_state::outgoing>& out);
 
+  using work_guard = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
+
   config cfg_;
-  boost::asio::io_context io_;  // (first: destroyed last, after everything bound to it)
+  // (first: destroyed last, after everything bound to them) One per thread.
+  std::vector<std::unique_ptr<boost::asio::io_context>> contexts_;
+  std::vector<work_guard> keep_running_;  ///< a context with no session yet still runs
+  std::size_t next_context_ = 0;          ///< (the accept handler's) the next session's
   std::optional<boost::asio::ssl::context> ssl_;  ///< cfg_.tls's, for the sessions' streams
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer accept_pause_;  ///< out of descriptors: accept again a little later
-  boost::asio::strand<boost::asio::io_context::executor_type> watch_strand_;
   boost::asio::steady_timer watch_timer_;
   unsigned short port_ = 0;
   std::atomic<bool> stopping_{false};
@@ -90,7 +96,7 @@ class head {
   std::vector<std::shared_ptr<connection>> connections_;  ///< every open one, joined or not
   std::chrono::steady_clock::time_point last_drop_logged_{};  ///< (the accept handler's)
   std::chrono::steady_clock::time_point next_beat_{};        ///< (the watcher's)
-  std::vector<std::thread> threads_;                          ///< running io_
+  std::vector<std::thread> threads_;                          ///< one running each context
 };
 
 }  // namespace manta::bridge

@@ -61,21 +61,22 @@ void head::connection::start() {
       try {
         return secured();
       } catch (const std::exception& e) {
-        return self->end(e.what());
+        return self->drop(e.what());
       }
     }
     self->arm_deadline(handshake_timeout, "the TLS handshake timed out");
     self->tls_->async_handshake(asio::ssl::stream_base::server, [self, secured](const error_code& ec) {
       if (self->phase_ == phase::ended) return;
       if (ec)
-        return self->end("the TLS handshake with a peer failed (" +
-                         (ec == asio::error::eof ? std::string("the other side closed the connection")
-                                                 : "the peer speaks no TLS: " + ec.message()) +
-                         ")");
+        return self->drop("the TLS handshake with a peer failed (" +
+                          (ec == asio::error::eof                  ? std::string("the other side closed the connection")
+                           : ec == asio::error::operation_aborted ? std::string("it was cut short")
+                                                                   : "the peer speaks no TLS: " + ec.message()) +
+                          ")");
       try {
         secured();
       } catch (const std::exception& e) {
-        self->end(e.what());
+        self->drop(e.what());
       }
     });
   });
@@ -84,12 +85,25 @@ void head::connection::start() {
 void head::connection::arm_deadline(io_clock::duration after, const char* why) {
   deadline_why_ = why;
   deadline_.expires_after(after);
-  deadline_.async_wait([self = shared_from_this()](const error_code& ec) {
-    if (ec || self->phase_ == phase::ended) return;  // (cancelled: the step it bounded finished)
-    if (self->stage.load(std::memory_order_acquire) != dropped)
-      std::fprintf(stderr, "manta head: dropped a peer (%s): %s\n", self->address.c_str(), self->deadline_why_);
-    self->end(self->deadline_why_);
+  // A completion already queued when the step it bounded finished is stale:
+  // cancel() cannot take it back, so each arming has its number.
+  deadline_.async_wait([self = shared_from_this(), armed = ++deadline_armed_](const error_code& ec) {
+    if (ec || armed != self->deadline_armed_ || self->phase_ == phase::ended) return;
+    self->drop(self->deadline_why_);
   });
+}
+
+void head::connection::disarm_deadline() {
+  ++deadline_armed_;
+  deadline_.cancel();
+}
+
+void head::connection::drop(const std::string& why) {
+  if (phase_ == phase::ended) return;
+  if (stage.load(std::memory_order_acquire) != dropped)  // (those the accept handler logs, rate-limited)
+    std::fprintf(stderr, "manta head: dropped %s (%s): %s\n", node_id.empty() ? "a peer" : node_id.c_str(),
+                 address.c_str(), why.c_str());
+  end(why);
 }
 
 void head::connection::read_more() {
@@ -102,17 +116,18 @@ void head::connection::read_more() {
 
 void head::connection::on_read(const error_code& ec, std::size_t n) {
   if (phase_ == phase::ended) return;
-  if (ec) return end(ec == asio::error::operation_aborted || ec == asio::error::eof ? closed_why()
-                                                                                    : "its connection broke: " + ec.message());
+  if (ec) {
+    const bool closed = closed_ || ec == asio::error::operation_aborted || ec == asio::error::eof;
+    const std::string why = closed ? closed_why() : "its connection broke: " + ec.message();
+    if (phase_ == phase::joined) return end(why);
+    return drop(closed ? "it closed the connection during the handshake" : why);  // (a member never does)
+  }
   in_.commit(n);
   heard_.store(io_clock::now(), std::memory_order_release);
   try {
     take_frames();
   } catch (const std::exception& e) {
-    if (stage.load(std::memory_order_acquire) != dropped)  // (those the accept handler logs, rate-limited)
-      std::fprintf(stderr, "manta head: dropped %s (%s): %s\n", node_id.empty() ? "a peer" : node_id.c_str(),
-                   address.c_str(), e.what());
-    end(e.what());
+    drop(e.what());
   }
 }
 
@@ -157,7 +172,7 @@ void head::connection::take_handshake_frame(frame&& f) {
 }
 
 void head::connection::take_first_frame(frame&& f) {
-  deadline_.cancel();
+  disarm_deadline();
   if (f.type == frame_type::status_request) {
     send(frame_type::status_reply, owner_.nodes_json());
     return end("");
@@ -230,13 +245,8 @@ bool head::connection::route_frames() {
 // as alive (its bytes wait in the socket), for as long as a write to the
 // slowest receiver may take.
 bool head::connection::pause_behind(const std::vector<std::shared_ptr<connection>>& receivers) {
-  for (const auto& to : receivers) {
-    if (to.get() == this) continue;
-    std::lock_guard lock(to->out_mu_);
-    if (to->out_closed_ || to->queued_ <= max_queued / 4) continue;
-    to->paused_senders_.push_back(weak_from_this());
-    paced_by_.push_back(to);
-  }
+  for (const auto& to : receivers)
+    if (to.get() != this && to->wait_for_room(weak_from_this())) paced_by_.push_back(to);
   if (paced_by_.empty()) return false;
   pace_until_ = io_clock::now() + send_limit_for(max_queued);
   pace_.expires_after(progress_every);
@@ -253,24 +263,37 @@ void head::connection::on_pace(const error_code& ec) {
     owner_.state_.heard(*this, now);
   }
   heard_.store(now, std::memory_order_release);  // (its bytes wait for us: it speaks)
-  if (now >= pace_until_ || owner_.stopping_) return resume();
+  resume();  // (looks again at every turn: a wake-up may have been taken by another sender)
+  if (paced_by_.empty() || phase_ == phase::ended) return;
   pace_.expires_after(progress_every);
   pace_.async_wait([self = shared_from_this()](const error_code& e) { self->on_pace(e); });
 }
 
 void head::connection::resume() {
   if (phase_ == phase::ended || paced_by_.empty()) return;
-  const bool waiting = std::ranges::any_of(paced_by_, [](const auto& to) { return !to->below(max_queued / 4); });
-  if (waiting && io_clock::now() < pace_until_ && !owner_.stopping_) return;
+  if (io_clock::now() < pace_until_ && !owner_.stopping_) {
+    // Still waiting for one: asks each such receiver again to be told (the
+    // wake-up that brought it here went to every sender, and another one may
+    // have filled the queue since).
+    bool waiting = false;
+    for (const auto& weak : paced_by_)
+      if (auto to = weak.lock()) waiting |= to->wait_for_room(weak_from_this());
+    if (waiting) return;
+  }
   paced_by_.clear();
   pace_.cancel();
   try {
     take_frames();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "manta head: dropped %s (%s): %s\n", node_id.empty() ? "a peer" : node_id.c_str(),
-                 address.c_str(), e.what());
-    end(e.what());
+    drop(e.what());
   }
+}
+
+bool head::connection::wait_for_room(std::weak_ptr<connection> sender) {
+  std::lock_guard lock(out_mu_);
+  if (out_closed_ || queued_ <= max_queued / 4) return false;
+  paused_senders_.push_back(std::move(sender));
+  return true;
 }
 
 void head::connection::end_reads(std::string why) {
@@ -280,7 +303,7 @@ void head::connection::end_reads(std::string why) {
 void head::connection::end(const std::string& why, bool lose) {
   if (phase_ == phase::ended) return;
   phase_ = phase::ended;
-  deadline_.cancel();
+  disarm_deadline();
   pace_.cancel();
   paced_by_.clear();
   if (lose) {
@@ -431,8 +454,11 @@ void head::connection::close_now() {
   closed_ = true;
   error_code ignored;
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);  // a read under way ends (then end() loses it), as a write does
-  deadline_.cancel();
+  socket_.close(ignored);  // a read or write under way ends
+  // Lost now, with the reason its writes gave (a session paced behind a
+  // receiver has no read under way to see the close).
+  if (phase_ != phase::ended) end(closed_why());
+  disarm_deadline();
   pace_.cancel();
   finished.store(true, std::memory_order_release);
 }

@@ -2,12 +2,14 @@
 // Boost.Asio session: the handshake (TLS, then the token), the first frame (a
 // join, or a tool's request), then every frame it sends, handed to the head's
 // state; and a write queue of what the head sends it. Everything a session
-// does with its socket runs on its strand; frames are queued from any thread.
+// does with its socket runs on its strand (the one thread of its
+// io_context); frames are queued from any thread.
 //
 // Private to the head (head.cpp, head_session.cpp).
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -92,6 +94,11 @@ struct head::connection : head_state::member, std::enable_shared_from_this<conne
   void on_pace(const boost::system::error_code& ec);
   void resume();
   void arm_deadline(io_clock::duration after, const char* why);
+  void disarm_deadline();
+  /// Logs why (unless the accept handler dropped it, and logged that), then end(why).
+  void drop(const std::string& why);
+  /// Whether its queue is past what pauses a sender: then `sender` is woken once it drains.
+  bool wait_for_room(std::weak_ptr<connection> sender);
   /// Its reads are over (on its strand): lost as `why` unless it was, then
   /// closed once its queue has gone out.
   void end(const std::string& why, bool lose = true);
@@ -107,12 +114,13 @@ struct head::connection : head_state::member, std::enable_shared_from_this<conne
   std::optional<boost::asio::ssl::stream<tcp::socket&>> tls_;
   boost::asio::steady_timer deadline_, pace_;
   const char* deadline_why_ = "";
+  std::uint64_t deadline_armed_ = 0;  ///< which arming of deadline_ is current
   phase phase_ = phase::securing;  // (its strand's, as every field below up to out_mu)
   frame_decoder in_{max_handshake_body};
   std::optional<token_check> check_;
   std::size_t seen_ = 0;                  ///< bytes of a long frame already noted as a sign of life
   io_clock::time_point noted_{};          ///< when it was last noted
-  std::vector<std::shared_ptr<connection>> paced_by_;  ///< receivers it waits for while paused
+  std::vector<std::weak_ptr<connection>> paced_by_;  ///< receivers it waits for while paused
   io_clock::time_point pace_until_{};
   bool closed_ = false;
   /// A peer reading slowly is waited for while it reads or speaks; one that

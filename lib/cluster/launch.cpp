@@ -61,7 +61,10 @@ std::optional<launch> launched() {
     l.rank = std::atoi(rank);
     l.size = env_int("SLURM_NTASKS", env_int("SLURM_NPROCS", 1));
     l.job = env_string("SLURM_JOB_ID");
-    if (!l.job.empty() && std::getenv("SLURM_STEP_ID")) l.job += "." + env_string("SLURM_STEP_ID");
+    if (!l.job.empty() && std::getenv("SLURM_STEP_ID")) {  // (in steps: GCC 12 warns falsely of "." + std::string)
+      l.job += '.';
+      l.job += env_string("SLURM_STEP_ID");
+    }
   } else {
     return std::nullopt;
   }
