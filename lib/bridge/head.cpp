@@ -35,14 +35,11 @@ constexpr auto watch_every = std::chrono::milliseconds(100);
 
 /// Threads running the sessions: a few, whatever the number of peers (a
 /// session's work is short: TLS, copies into the kernel, routing under the
-/// lock), each with its io_context (one thread each: no locking inside Asio,
-/// and a session's handlers never hop between threads).
-std::vector<std::unique_ptr<asio::io_context>> session_contexts() {
-  std::vector<std::unique_ptr<asio::io_context>> contexts;
-  for (unsigned i = std::clamp(std::thread::hardware_concurrency(), 2u, 4u); i > 0; --i)
-    contexts.push_back(std::make_unique<asio::io_context>(1));
-  return contexts;
-}
+/// lock). They share one io_context, and each session's handlers run on its
+/// own strand: the session a relay reads and the one it writes run on two
+/// threads at once. (Sessions dealt to one io_context per thread put both on
+/// one thread half the time: a 1 GiB relay 0.8 times as fast, measured.)
+unsigned session_threads() { return std::clamp(std::thread::hardware_concurrency(), 2u, 4u); }
 
 /// An SSL_CTX shared with `tls` (the head's Asio context takes a reference of its own).
 asio::ssl::context asio_context_of(const tls_context& tls) {
@@ -54,10 +51,11 @@ asio::ssl::context asio_context_of(const tls_context& tls) {
 
 head::head(config c)
     : cfg_(std::move(c)),
-      contexts_(session_contexts()),
-      acceptor_(*contexts_[0]),
-      accept_pause_(*contexts_[0]),
-      watch_timer_(*contexts_[0]),
+      io_(static_cast<int>(session_threads())),
+      control_(asio::make_strand(io_)),
+      acceptor_(control_),
+      accept_pause_(control_),
+      watch_timer_(control_),
       port_(cfg_.port),
       state_({.lost_after = cfg_.lost_after, .node_wait = cfg_.node_wait}) {
   if (cfg_.token.empty()) throw std::invalid_argument("manta bridge: a head needs the cluster token");
@@ -72,10 +70,9 @@ head::head(config c)
   accept_next();
   next_beat_ = io_clock::now();
   watch();
-  for (auto& io : contexts_) keep_running_.push_back(asio::make_work_guard(*io));
   try {
-    for (auto& context : contexts_)
-      threads_.emplace_back([io = context.get()] {
+    for (unsigned i = session_threads(); i > 0; --i)
+      threads_.emplace_back([io = &io_] {
         observe::name_runtime_thread("manta-head-io");  // (names what top -H and perf show)
         for (;;) {
           try {
@@ -87,7 +84,7 @@ head::head(config c)
         }
       });
   } catch (...) {  // no thread to be had: nothing runs, and the caller hears why
-    for (auto& io : contexts_) io->stop();
+    io_.stop();
     for (auto& t : threads_) t.join();
     throw;
   }
@@ -95,7 +92,7 @@ head::head(config c)
 
 head::~head() {
   stopping_ = true;  // no node joins from here on...
-  asio::post(*contexts_[0], [this] {
+  asio::post(control_, [this] {
     error_code ignored;
     acceptor_.close(ignored);
     accept_pause_.cancel();
@@ -110,15 +107,14 @@ head::~head() {
   const auto until = io_clock::now() + std::chrono::seconds(2);
   for (auto& c : all) c->flush(until);  // the stops leave before the connections close
   for (auto& c : all) c->shut();
-  for (auto& io : contexts_) io->stop();  // (handlers still queued are dropped with the sessions they hold)
+  io_.stop();  // (handlers still queued are dropped with the sessions they hold)
   for (auto& t : threads_) t.join();
   std::lock_guard lock(mu_);
   connections_.clear();
 }
 
 void head::accept_next() {
-  asio::io_context& home = *contexts_[next_context_++ % contexts_.size()];  // (sessions dealt in turn)
-  acceptor_.async_accept(home, [this](const error_code& ec, tcp::socket socket) {
+  acceptor_.async_accept(asio::make_strand(io_), [this](const error_code& ec, tcp::socket socket) {
     if (stopping_ || ec == asio::error::operation_aborted) return;
     if (ec == asio::error::no_descriptors || ec.value() == ENFILE) {  // it stays pending: do not spin on it
       accept_pause_.expires_after(std::chrono::milliseconds(100));

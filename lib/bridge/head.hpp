@@ -6,12 +6,11 @@
 // table, or stops the cluster (every member is told).
 //
 // Every connection is a Boost.Asio session (bridge/head_session.hpp): its
-// reads, its writes and its deadlines run on one of a few threads, each with
-// an io_context of its own (sessions are dealt to them in turn, and a
-// session's handlers all run on its thread: its strand), so no connection
-// holds a thread and no thread ever waits on a slow peer. The accept loop and
-// the silence watcher are Asio handlers too, on the first thread. The state is under one mutex, and frames are queued
-// under it: frames for one peer go in the order they were made.
+// reads, its writes and its deadlines run on its strand, on whichever of a few
+// threads is free, so no connection holds a thread and no thread ever waits on
+// a slow peer. The accept loop and the silence watcher are Asio handlers too,
+// on a strand of their own. The state is under one mutex, and frames are
+// queued under it: frames for one peer go in the order they were made.
 #pragma once
 
 #include <atomic>
@@ -29,6 +28,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 
 #include "bridge/head_state.hpp"
 #include "bridge/tls.hpp"
@@ -70,7 +70,6 @@ class head {
 
  private:
   struct connection;
-  friend struct connection;
   void accept_next();
   void admit(boost::asio::ip::tcp::socket socket);
   void watch();       ///< arms the silence watcher's next turn (every 100 ms)
@@ -78,13 +77,12 @@ class head {
   /// Queues each frame on its member's connection (mu_ held).
   void send_all_of(std::vector<head_state::outgoing>& out);
 
-  using work_guard = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
-
   config cfg_;
-  // (first: destroyed last, after everything bound to them) One per thread.
-  std::vector<std::unique_ptr<boost::asio::io_context>> contexts_;
-  std::vector<work_guard> keep_running_;  ///< a context with no session yet still runs
-  std::size_t next_context_ = 0;          ///< (the accept handler's) the next session's
+  boost::asio::io_context io_;  ///< (first: destroyed last, after everything bound to it)
+  /// The accept loop's and the watcher's: their handlers never run at once.
+  boost::asio::strand<boost::asio::io_context::executor_type> control_;
+  /// Keeps the threads running while no session is under way.
+  boost::asio::executor_work_guard<boost::asio::io_context::executor_type> keep_running_{io_.get_executor()};
   std::optional<boost::asio::ssl::context> ssl_;  ///< cfg_.tls's, for the sessions' streams
   boost::asio::ip::tcp::acceptor acceptor_;
   boost::asio::steady_timer accept_pause_;  ///< out of descriptors: accept again a little later
@@ -96,7 +94,7 @@ class head {
   std::vector<std::shared_ptr<connection>> connections_;  ///< every open one, joined or not
   std::chrono::steady_clock::time_point last_drop_logged_{};  ///< (the accept handler's)
   std::chrono::steady_clock::time_point next_beat_{};        ///< (the watcher's)
-  std::vector<std::thread> threads_;                          ///< one running each context
+  std::vector<std::thread> threads_;                          ///< running io_
 };
 
 }  // namespace manta::bridge

@@ -2,8 +2,8 @@
 // Boost.Asio session: the handshake (TLS, then the token), the first frame (a
 // join, or a tool's request), then every frame it sends, handed to the head's
 // state; and a write queue of what the head sends it. Everything a session
-// does with its socket runs on its strand (the one thread of its
-// io_context); frames are queued from any thread.
+// does with its socket runs on its strand (its handlers never run at once,
+// on whichever of the head's threads is free); frames are queued from any thread.
 //
 // Private to the head (head.cpp, head_session.cpp).
 #pragma once
@@ -59,8 +59,6 @@ struct head::connection : head_state::member, std::enable_shared_from_this<conne
   /// Whether a write has waited past its limit on a peer that reads nothing
   /// and says nothing (the watcher asks; it then shuts the connection).
   bool write_stalled(io_clock::time_point now);
-  /// At most `bytes` wait to be written, or it is closed.
-  bool below(std::size_t bytes);
 
   // Its handshake: under way, done (the peer proved the token), or dropped
   // for a newer connection; its strand and the accept handler race for it.
