@@ -1,7 +1,6 @@
 // bridge/auth.cpp: the handshake, over a socket with poll and a deadline.
 #include "bridge/auth.hpp"
 
-#include <array>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -18,11 +17,12 @@ namespace {
 constexpr std::size_t nonce_bytes = 32, proof_bytes = 32;
 
 using clock_type = io_clock;
-using nonce = std::array<unsigned char, nonce_bytes>;
 
-nonce fresh_nonce() {
-  nonce n{};
-  if (RAND_bytes(n.data(), static_cast<int>(n.size())) != 1) throw auth_error("manta bridge: no random bytes for a nonce");
+/// nonce_bytes random bytes, as the frames carry them.
+std::string fresh_nonce() {
+  std::string n(nonce_bytes, '\0');
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(n.data()), static_cast<int>(n.size())) != 1)
+    throw auth_error("manta bridge: no random bytes for a nonce");
   return n;
 }
 
@@ -80,10 +80,7 @@ frame receive(socket_ref peer, frame_decoder& in, clock_type::time_point until) 
 }  // namespace
 
 token_check::token_check(std::string token, std::string binding)
-    : token_(std::move(token)), binding_(std::move(binding)) {
-  const nonce ours = fresh_nonce();
-  nonce_.assign(reinterpret_cast<const char*>(ours.data()), ours.size());
-}
+    : token_(std::move(token)), binding_(std::move(binding)), nonce_(fresh_nonce()) {}
 
 std::string token_check::welcome(const frame& f) const {
   auto refuse = [](const std::string& why) { throw token_refused(why); };
@@ -133,8 +130,7 @@ void authenticate_to_head(socket_ref peer, const std::string& token, frame_decod
   if (f.type != frame_type::challenge || f.body.size() != nonce_bytes)
     throw auth_error("manta bridge: the head did not open with a challenge");
   const std::string head = f.body;
-  const nonce fresh = fresh_nonce();
-  const std::string ours(reinterpret_cast<const char*>(fresh.data()), fresh.size());
+  const std::string ours = fresh_nonce();
   std::string body = ours;
   body += proof(token, "peer", head, ours, binding);
   send_all(peer, encode(frame_type::proof, body), until);
