@@ -1,7 +1,6 @@
 // bridge/auth.cpp: the handshake, over a socket with poll and a deadline.
 #include "bridge/auth.hpp"
 
-
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
