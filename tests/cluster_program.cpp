@@ -1792,6 +1792,28 @@ void zygote_lost() {
   check(second > 0 && second != first, "the task ran again on the other node after the first lost its processes");
 }
 
+/// How often thread `tid` of process `pid` went to sleep so far.
+long sleeps_of(int pid, int tid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(24));
+  return -1;
+}
+
+/// While a node's task runs, the node's serving thread (its main thread)
+/// sleeps until the result is sealed: the scheduler's seal wakes it, it does
+/// not wake every few milliseconds to look.
+void service_sleeps() {
+  auto ref = manta::task(slow_where).resources({{"special", 1}}).remote(4000);
+  const int node = first_mark();
+  const long before = sleeps_of(node, node);
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // (the window counted in, not a synchronisation)
+  const long woken = sleeps_of(node, node) - before;
+  check(before >= 0 && woken < 100, "the serving thread slept " + std::to_string(woken) +
+                                       " times in a second while its one task ran (it polls)");
+  check(manta::get(ref, std::chrono::seconds(60)) == node, "the task's result came back");
+}
+
 /// A frozen node (SIGSTOP) is lost within the heartbeat limit, and nobody else waits on it.
 void frozen() {
   auto ref = manta::task(slow_where).resources({{"special", 1}}).remote(2000);
@@ -1978,6 +2000,7 @@ int main(int argc, char** argv) {
   else if (scenario == "spill") spill();
   else if (scenario == "zygote_lost") zygote_lost();
   else if (scenario == "frozen") frozen();
+  else if (scenario == "service_sleeps") service_sleeps();
   else if (scenario == "launched") launched(want);
   else if (scenario == "head_lost") head_lost();
   else if (scenario == "gigabyte") gigabyte();

@@ -206,6 +206,10 @@ TEST_F(cluster, many_long_tasks_at_once_go_to_two_nodes_and_come_back_whole) {
   EXPECT_EQ(log("head.log").find("dropped"), std::string::npos) << log("head.log");
 }
 
+TEST_F(cluster, a_node_waiting_for_its_tasks_results_sleeps_until_one_is_sealed) {
+  EXPECT_EQ(with_two_nodes("service_sleeps"), std::make_pair(0, 0));
+}
+
 TEST_F(cluster, a_driver_killed_while_its_long_task_streams_out_leaves_the_node_serving) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "a gigabyte through ThreadSanitizer's shadow memory: left to the other builds (as the heavy tests)";

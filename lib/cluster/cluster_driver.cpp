@@ -148,6 +148,8 @@ void cluster_driver::leave() {
   give_back(unsent);
   cv_.notify_all();
   applier_cv_.notify_all();
+  host_arrivals_.fetch_add(1);  // (the hosting thread's wait for results ends too)
+  rt_.wake_waiters();
   if (link_) link_->stop_sending();  // a long task going out stops at its next part (the head drops it)
   if (sender_.joinable()) sender_.join();
   if (applier_.joinable()) applier_.join();
@@ -534,6 +536,10 @@ void cluster_driver::on_end(const std::string& why) {
   }
   cv_.notify_all();
   applier_cv_.notify_all();
+  // Serving loops waiting for results end their wait (this node's service
+  // looks at link_ended(), the hosting thread at host_arrivals_).
+  host_arrivals_.fetch_add(1);
+  rt_.wake_waiters();
   give_back(unsent);
 }
 

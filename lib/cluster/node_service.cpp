@@ -59,7 +59,6 @@ void cluster_driver::host_loop() {
   // goes to its actor here as this driver's own calls do; its outcome goes back
   // once its results are sealed.
   std::vector<job> running;
-  std::vector<detail::ref_node*> watch;
   std::uint64_t taken_arrivals = 0;  ///< host_arrivals_ when the inbox was last taken
   const object_table none;  // (results name no copy: what a call's refs name goes back with its outcome)
   // Objects of other members a call names by key are fetched through the head
@@ -252,15 +251,11 @@ void cluster_driver::host_loop() {
       node_runtime::submission_batch batch(rt_);  // (the round's calls go in under one lock)
       for (auto& t : arrived) start_or_park(std::move(t));
     }
+    const std::uint32_t seen = rt_.seals_seen();  // (before looking: a seal after it ends the wait)
     try {
-      if (!running.empty() && std::all_of(running.begin(), running.end(), [&](const job& j) { return awaited(rt_, j, none); })) {
-        watch.clear();
-        for (std::size_t i = 0; i < running.size() && watch.size() < 32; ++i)
-          if (auto* next = awaited(rt_, running[i], none); next && static_cast<object_entry*>(next)->status() == state_pending)
-            watch.push_back(next);  // (an actor's start awaited is polled)
+      if (!running.empty() && all_awaited(rt_, running, none)) {
         raised waiting(host_waits_);
-        rt_.wait_any(watch, detail::clock::now() + std::chrono::milliseconds(2),
-                     [&] { return host_arrivals_.load() != taken_arrivals; });
+        rt_.wait_sealed(seen, [&] { return host_arrivals_.load() != taken_arrivals; });
       }
       for (auto& j : running) {
         if (awaited(rt_, j, none)) continue;
@@ -316,6 +311,8 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
         ended = why;
         done = true;
         cv.notify_all();
+        arrivals.fetch_add(1);  // (a wait for results ends too)
+        if (waits_for_results.load()) rt.wake_waiters();
       },
       [&](std::vector<bridge::frame>&& frames) {
         // Only decoded here: the link's thread must keep reading (submitting may
@@ -390,7 +387,6 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
   };
 
   std::vector<job> running;
-  std::vector<detail::ref_node*> watch;
   std::uint64_t taken_arrivals = 0;  ///< `arrivals` when the inbox was last taken (under mu)
   std::string why;
   // Tasks go into the runtime 32 per worker at a time; the rest wait here. A
@@ -633,21 +629,12 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     }
     batch.reset();
     auto sealed = [&](const job& j) { return !awaited(rt, j, objects); };
-    if (!running.empty() && !lost && arrived.empty() && std::none_of(running.begin(), running.end(), sealed)) {
-      // Nothing done yet: sleep until one of the oldest is (they mostly finish
-      // first), or briefly, so tasks that arrive meanwhile are taken soon.
-      watch.clear();
-      bool one_done = false;  // since the check above (sealed by the runtime's threads)
-      for (std::size_t i = 0; i < running.size() && watch.size() < 32 && !one_done; ++i) {
-        detail::ref_node* next = awaited(rt, running[i], objects);
-        if (!next) one_done = true;
-        else if (static_cast<object_entry*>(next)->status() == state_pending) watch.push_back(next);
-      }
-      if (!one_done) {
-        raised waiting(waits_for_results);
-        rt.wait_any(watch, detail::clock::now() + std::chrono::milliseconds(2),
-                    [&] { return arrivals.load() != taken_arrivals; });
-      }
+    const std::uint32_t seen = rt.seals_seen();  // (before looking: a seal after it ends the wait)
+    if (!running.empty() && !lost && arrived.empty() && all_awaited(rt, running, objects)) {
+      // Nothing done yet: sleep until something is, or tasks arrive (they wake
+      // it), or a connection ends (so does that).
+      raised waiting(waits_for_results);
+      rt.wait_sealed(seen, [&] { return arrivals.load() != taken_arrivals || member.link_ended(); });
     }
     for (auto& j : running) {
       if (lost || !sealed(j)) continue;

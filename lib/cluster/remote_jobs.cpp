@@ -240,11 +240,21 @@ detail::ref_node* awaited(const node_runtime& rt, const job& j, const object_tab
     if (e->status() == state_pending) return e;
     // An actor this node started on the cluster: its constructor goes on the
     // node's other connection, and the head must know it before the result
-    // hands it over. (Not pending: nothing to wake on; the wait is polled.)
+    // hands it over. (Not pending: the scheduler wakes the waiters when it is
+    // answered.)
     if (e->actor && e->actor->remote && !e->actor->borrowed && !e->actor->answered.load(std::memory_order_acquire))
       return e;
   }
   return nullptr;
+}
+
+bool all_awaited(node_runtime& rt, const std::vector<job>& running, const object_table& fetched) {
+  for (const job& j : running) {
+    detail::ref_node* next = awaited(rt, j, fetched);
+    if (!next) return false;
+    rt.watch_seal(next);
+  }
+  return true;
 }
 
 /// The outcome of a job that awaits nothing; its values borrow the results'

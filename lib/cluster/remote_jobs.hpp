@@ -130,6 +130,9 @@ std::vector<object_entry*> made_here_inside(const node_runtime& rt, const job& j
 /// What `j` still waits for: a result not sealed, or an object made here that
 /// one names and that is not made yet; null when it can be answered.
 detail::ref_node* awaited(const node_runtime& rt, const job& j, const object_table& fetched);
+/// Whether every job of `running` still awaits something; each one's is marked
+/// (node_runtime::watch_seal) so that its seal ends a wait_sealed.
+bool all_awaited(node_runtime& rt, const std::vector<job>& running, const object_table& fetched);
 
 /// The outcome of a job that awaits nothing; its values borrow the results'
 /// bytes in the arena (pinned) until done_with. Objects made here that refs

@@ -259,6 +259,7 @@ void scheduler::actor_host_died(worker_link& w, const std::string& cause) {
 
 void scheduler::actor_dead(actor_record& a, const ipc::error_info& why) {
   a.answered.store(true, std::memory_order_release);  // (nothing waits for its start now)
+  if (a.remote) dir_.wake_all();  // (a serving loop may wait to hand its handle over)
   if (a.st != actor_record::state::dead) {
     a.st = actor_record::state::dead;
     a.death = std::make_unique<ipc::error_info>(why);

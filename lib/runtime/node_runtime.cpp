@@ -655,16 +655,20 @@ void node_runtime::wait(std::span<detail::ref_node* const> nodes, std::size_t nu
   for (std::size_t i = 0; i < es.size(); ++i) ready[i] = es[i]->status() != state_pending;
 }
 
-void node_runtime::wait_any(std::span<detail::ref_node* const> nodes, detail::deadline until,
-                            const std::function<bool()>& interrupted) {
+std::uint32_t node_runtime::seals_seen() const noexcept {
+  return dir_->seal_word().load(std::memory_order_acquire);
+}
+
+void node_runtime::watch_seal(detail::ref_node* n) noexcept {
+  auto* e = static_cast<object_entry*>(n);
+  if (e->status() == state_pending) e->state.fetch_or(state_waiters, std::memory_order_acq_rel);
+}
+
+void node_runtime::wait_sealed(std::uint32_t seen, const std::function<bool()>& interrupted) {
   call_guard guard(*this);
-  const std::vector<object_entry*> es = checked_all(nodes);
-  wait_until(
-      [&] {
-        return interrupted() ||
-               std::any_of(es.begin(), es.end(), [](object_entry* e) { return e->status() != state_pending; });
-      },
-      es, until);
+  const auto& word = dir_->seal_word();
+  wait_until([&] { return interrupted() || word.load(std::memory_order_acquire) != seen; }, {},
+             detail::deadline::max());
 }
 
 detail::ref_node* node_runtime::ref_from_id(const object_id& id) {

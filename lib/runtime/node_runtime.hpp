@@ -141,10 +141,14 @@ class node_runtime final : public process::process_context, public scheduler_hos
   detail::ref_node* hosted_actor(const std::string& key);
   std::vector<manta::node_info> cluster_nodes() override;
 
-  /// Waits until one of `nodes` is ready, or `until`, or `interrupted()`
-  /// (looked at whenever the wait wakes: wake_waiters() wakes it).
-  void wait_any(std::span<detail::ref_node* const> nodes, detail::deadline until,
-                const std::function<bool()>& interrupted);
+  /// A cluster's serving loop waits for its results as events, not by polling:
+  /// it reads seals_seen(), marks what it waits for (watch_seal: its seal then
+  /// wakes waiters), looks, and waits in wait_sealed(seen) until an entry
+  /// marked by anyone is sealed after that, or `interrupted()` (looked at
+  /// whenever the wait wakes: wake_waiters() wakes it).
+  std::uint32_t seals_seen() const noexcept;
+  void watch_seal(detail::ref_node* n) noexcept;
+  void wait_sealed(std::uint32_t seen, const std::function<bool()>& interrupted);
   /// Wakes the threads sleeping until an object is sealed (they look again).
   void wake_waiters() { dir_->wake_all(); }
 

@@ -165,6 +165,7 @@ void scheduler::remote_result(std::uint64_t key, std::span<const ipc::value_loca
   if (error || values.size() != t->returns.size()) free_placed();
   if (t->mode == detail::call_mode::construct) {  // a remote actor's start: its handle stands already
     t->actor->answered.store(true, std::memory_order_release);
+    dir_.wake_all();  // (a serving loop may wait to hand its handle over: remote_jobs.cpp, awaited)
     if (error) remote_constructor_failed(t, *error);
     else finish_task(t);
     return;
