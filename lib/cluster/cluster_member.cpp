@@ -109,7 +109,6 @@ void cluster_member::end_remote_actor(const std::string& key, bool kill) { link_
 
 void cluster_member::cancel_remote(std::uint64_t key) { link_->cancel(key); }
 
-
 void cluster_member::run_io() { send_waiting_output(); }
 
 void cluster_member::send_waiting_output() {
@@ -201,96 +200,6 @@ std::unique_ptr<cluster_member> cluster_member::lead_launch(node_runtime& rt, co
                         l.launcher + " joined within " + std::to_string(limit) + " s");
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-}
-
-namespace {
-/// The id in a key this driver made, if it is one.
-std::optional<object_id> id_of_key(const std::string& key, const std::string& driver) {
-  if (key.size() != driver.size() + 33 || key.compare(0, driver.size(), driver) != 0) return std::nullopt;
-  return id_in_object_key(key);
-}
-}  // namespace
-
-void cluster_member::offer_named(actor_record& a) {
-  if (serving_ || a.remote || !a.remote_key.empty()) return;  // (a node's go through the head)
-  // With the cluster gone nobody answers: it starts here at once, its name this
-  // driver's alone. (Lost after this, cluster_lost starts the ones waiting.)
-  if (!link_->lost().empty()) return;
-  a.remote_key = link_->id() + "/d" + std::to_string(++remote_actors_);
-  a.awaiting_name = true;  // (it starts once the head took the name: two drivers may pick one at once)
-  link_->offer_actor(a.remote_key, a.class_tag, a.name);
-}
-
-
-void cluster_member::send_object(const bridge::object_note& ask) {
-  process::context_use use;  // as in remote_finished
-  node_runtime::scheduler_lock lock(rt_);
-  if (!attached()) return;
-  auto lost = [&](const std::string& why) {
-    link_->send_control(bridge::frame_type::object_lost, bridge::encode_object_note({ask.object, ask.node, why}));
-  };
-  const std::optional<object_id> id = id_of_key(ask.object, link_->id());
-  object_entry* e = id ? rt_.dir_->acquire(*id) : nullptr;  // counted: a user thread may drop the last ref meanwhile
-  if (!e) return lost("it was freed");
-  if (e->status() == state_pending) {
-    // A ref inside a task's arguments may name an object not made yet: it goes
-    // once sealed (the task waits on its node meanwhile).
-    auto [asks, first] = asked_pending_.try_emplace(e);
-    asks->second.push_back(ask);
-    if (first) e->subscribe({subscriber::cluster, 0});
-    else detail::release(e);  // (one count per entry)
-    return;
-  }
-  send_object_now(ask, e);
-}
-
-void cluster_member::object_settled(object_entry* e) {
-  auto it = asked_pending_.find(e);
-  if (it == asked_pending_.end()) return;
-  std::vector<bridge::object_note> asks = std::move(it->second);
-  asked_pending_.erase(it);
-  for (std::size_t i = 0; i < asks.size(); ++i) {
-    if (i + 1 < asks.size()) detail::acquire(e);  // one count for each send
-    send_object_now(asks[i], e);
-  }
-}
-
-void cluster_member::send_object_now(const bridge::object_note& ask, object_entry* e) {
-  auto lost = [&](const std::string& why, std::optional<ipc::error_info> error = {}, bool failed = false) {
-    bridge::object_note note{ask.object, ask.node, why};
-    if (error) note.error = to_remote(*error);
-    note.failed = failed;
-    link_->send_control(bridge::frame_type::object_lost, bridge::encode_object_note(note));
-  };
-  if (!attached()) return detail::release(e);
-  if (e->status() == state_failed) {
-    // Its own error goes with it: the asker keeps the object as failed.
-    const ipc::error_info why = e->error->describe();
-    detail::release(e);
-    return lost("it failed: " + (why.remote_type.empty() ? "" : why.remote_type + ": ") + why.message, why, true);
-  }
-  if (e->status() != state_ready || e->actor) {
-    detail::release(e);
-    return lost("it is not a sealed value");
-  }
-  bridge::remote_task out;
-  out.name = "object " + ask.object;
-  out.mode = bridge::mode_object;
-  out.arg_count = 1;
-  out.node = ask.node;
-  out.object = ask.object;
-  process::append_arg_header(out.args, process::arg_kind::value, e->type_tag, static_cast<std::uint32_t>(e->size));
-  std::vector<cluster_driver::held_argument> held;
-  try {
-    held.reserve(1);  // (no allocation between a pin and its record)
-    rt_.store_->pin(e);  // back from the spill file, if it is there (which may fail: the arena full)
-  } catch (const std::exception& ex) {
-    detail::release(e);
-    return lost(std::string("it could not be read: ") + ex.what(),
-                ipc::error_from_exception(std::current_exception(), {}, rt_.pid_));
-  }
-  held.push_back({out.args.size(), {reinterpret_cast<const char*>(e->data()), e->size}, e});  // (its count: the held one)
-  link_->send(std::move(out), std::move(held));  // (gives them back itself if it cannot go)
 }
 
 namespace {
@@ -588,53 +497,6 @@ void cluster_member::cluster_lost(const std::string& why) {
   give_back();  // nobody can return them now
 }
 
-
-bridge::returned_handle cluster_member::lend_actor(detail::ref_node* handle) {
-  object_entry* e = static_cast<object_entry*>(handle);
-  node_runtime::scheduler_lock lock(rt_);
-  actor_record& a = *e->actor;
-  bridge::returned_handle h;
-  h.id = id_text(e->id);
-  h.class_tag = a.class_tag;
-  h.label = a.label;
-  if (!attached()) throw node_died_error("manta: a result holds a handle of actor " + a.label + ", and the cluster is gone");
-  if (a.remote && a.remote_key.empty())
-    throw usage_error("manta: a result holds a handle of actor " + a.label +
-                      ", whose constructor has not gone to the cluster yet (wait for one of its calls first)");
-  if (!a.remote) {
-    // Its calls from elsewhere come to this driver (host_loop). Offered as
-    // for a handle in arguments; the outcome may reach the head first (on the
-    // node's other connection), so it tells the head too.
-    if (a.remote_key.empty()) {
-      a.remote_key = link_->id() + "/d" + std::to_string(++remote_actors_);
-      link_->offer_actor(a.remote_key, a.class_tag, a.name);
-      if (a.st == actor_record::state::dead) link_->end_actor(a.remote_key, false);
-    }
-    h.hosted = true;
-  }
-  h.key = a.remote_key;
-  if (a.borrowed) return h;  // another driver's: borrowed there too
-  h.owned = true;
-  auto& [entry, counts] = lent_[h.key];
-  entry = e;
-  ++counts;
-  detail::acquire(e);
-  return h;
-}
-
-void cluster_member::actor_returned(const std::string& key) {
-  process::context_use use;  // as in remote_finished
-  object_entry* e = nullptr;
-  {
-    node_runtime::scheduler_lock lock(rt_);
-    if (auto it = lent_.find(key); it != lent_.end()) {
-      e = it->second.first;
-      if (--it->second.second == 0) lent_.erase(it);
-    }
-  }
-  if (e) detail::release(e);  // (may end it: its last handle)
-}
-
 void cluster_member::give_back() {
   decltype(lent_) lent;
   decltype(asked_pending_) asked;
@@ -646,52 +508,6 @@ void cluster_member::give_back() {
   for (auto& [key, kept] : lent)
     for (std::size_t i = 0; i < kept.second; ++i) detail::release(kept.first);
   for (auto& [entry, asks] : asked) detail::release(entry);  // (one count per entry)
-}
-
-namespace {
-/// What get_actor(`name`) of class `class_tag` says of the head's answer
-/// `found`: empty if it names the actor, or if there is none of that name
-/// (then found.key is empty too).
-std::string lookup_error(const std::string& name, std::uint64_t class_tag, const bridge::actor_lookup& found) {
-  if (found.key.empty())
-    return found.why.rfind("no actor of the cluster is named", 0) == 0 ? std::string()
-                                                                          : "manta: get_actor('" + name + "'): " + found.why;
-  if (found.class_tag != class_tag)
-    return "manta: the actor named '" + name + "' is a " + detail::actor_class_name(found.class_tag) + ", not a " +
-           detail::actor_class_name(class_tag);
-  return {};
-}
-}  // namespace
-
-bool cluster_member::find_actor_later(int slot, std::uint64_t generation, std::uint64_t request, const std::string& name,
-                                    std::uint64_t class_tag, std::string& error) {
-  if (!attached()) return false;
-  if (link_->find_actor_later({slot, generation, request, class_tag, name})) return true;
-  const std::string lost = link_->lost();
-  error = "manta: get_actor('" + name + "'): " + (lost.empty() ? "this runtime is leaving the cluster" : "the cluster is gone (" + lost + ")");
-  return false;
-}
-
-void cluster_member::actor_found_for(const cluster_driver::actor_asker& asker, const bridge::actor_lookup& found) {
-  std::string error = lookup_error(asker.name, asker.class_tag, found);
-  process::context_use use;  // as in remote_finished
-  node_runtime::scheduler_lock lock(rt_);
-  if (!attached()) return;  // (shutting down)
-  if (std::string lost = link_->lost(); !lost.empty() && error.empty() && !found.key.empty())
-    error = "manta: get_actor('" + asker.name + "'): the cluster is gone (" + lost + ")";
-  rt_.sched_->answer_actor_lookup(asker.slot, asker.generation, asker.request, error.empty() ? found.key : std::string(),
-                              asker.class_tag, asker.name, error);
-  rt_.sched_->flush_dirty();
-}
-
-detail::ref_node* cluster_member::find_actor(const std::string& name, std::uint64_t class_tag) {
-  bridge::actor_lookup found = link_->find_actor(name);
-  if (std::string error = lookup_error(name, class_tag, found); !error.empty()) throw usage_error(error);
-  if (found.key.empty()) return nullptr;
-  node_runtime::scheduler_lock lock(rt_);
-  if (std::string lost = link_->lost(); !lost.empty())
-    throw usage_error("manta: get_actor('" + name + "'): the cluster is gone (" + lost + ")");
-  return rt_.sched_->adopt_remote_actor(found.key, class_tag, name);
 }
 
 }  // namespace manta::runtime
