@@ -253,6 +253,8 @@ bool all_awaited(node_runtime& rt, const std::vector<job>& running, const object
     detail::ref_node* next = awaited(rt, j, fetched);
     if (!next) return false;
     rt.watch_seal(next);
+    // Looked at again after the mark: sealed before it, it woke nobody.
+    if (awaited(rt, j, fetched) != next) return false;
   }
   return true;
 }

@@ -660,8 +660,8 @@ std::uint32_t node_runtime::seals_seen() const noexcept {
 }
 
 void node_runtime::watch_seal(detail::ref_node* n) noexcept {
-  auto* e = static_cast<object_entry*>(n);
-  if (e->status() == state_pending) e->state.fetch_or(state_waiters, std::memory_order_acq_rel);
+  // (On a sealed entry the bit is harmless, as wait_until's: status() masks it.)
+  static_cast<object_entry*>(n)->state.fetch_or(state_waiters, std::memory_order_acq_rel);
 }
 
 void node_runtime::wait_sealed(std::uint32_t seen, const std::function<bool()>& interrupted) {

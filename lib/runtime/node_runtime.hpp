@@ -143,9 +143,11 @@ class node_runtime final : public process::process_context, public scheduler_hos
 
   /// A cluster's serving loop waits for its results as events, not by polling:
   /// it reads seals_seen(), marks what it waits for (watch_seal: its seal then
-  /// wakes waiters), looks, and waits in wait_sealed(seen) until an entry
-  /// marked by anyone is sealed after that, or `interrupted()` (looked at
-  /// whenever the wait wakes: wake_waiters() wakes it).
+  /// wakes waiters), then looks (in that order: a seal before the mark is seen
+  /// by the look, one after it moves the count), and waits in
+  /// wait_sealed(seen) until an entry marked by anyone is sealed after that,
+  /// or `interrupted()` (looked at whenever the wait wakes: wake_waiters()
+  /// wakes it).
   std::uint32_t seals_seen() const noexcept;
   void watch_seal(detail::ref_node* n) noexcept;
   void wait_sealed(std::uint32_t seen, const std::function<bool()>& interrupted);
