@@ -2,7 +2,10 @@
 // connections hold no thread of the head, and the limits that protect it
 // (the handshake's deadline, the first frame's, what a stranger may send
 // before proving the token) still hold.
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -151,6 +154,44 @@ TEST(bridge_head, senders_paused_behind_one_receiver_all_resume_when_it_reads_ag
   EXPECT_EQ(sent_a.wait_for(40s), std::future_status::ready) << "a paused sender was never resumed";
   EXPECT_EQ(sent_b.wait_for(40s), std::future_status::ready) << "a paused sender was never resumed";
   EXPECT_TRUE(manta::testing::eventually([&] { return got.load() == 3; }, 40s)) << got.load();
+}
+
+// Found in review of the Asio head: Asio's accept does not set close-on-exec
+// (the hand-written head's accept4 did), so a program the head's process
+// starts (the head may live in rank 0's own process) kept its peers' sockets.
+TEST(bridge_head, the_heads_sockets_are_not_inherited_by_programs_it_starts) {
+  head h({.token = token});
+  node_link member(at(h), token, a_node(), nullptr);
+  const int idle = connect_to("127.0.0.1", h.port(), 5s);
+  ASSERT_TRUE(manta::testing::eventually([&] { return h.connections() == 2; }, 10s)) << h.connections();
+  std::size_t seen = 0;  // the listener and the two accepted: every socket of the head's port
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    const int fd = std::stoi(e.path().filename());
+    sockaddr_storage local{};
+    socklen_t size = sizeof local;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &size) != 0 || local.ss_family != AF_INET) continue;
+    if (ntohs(reinterpret_cast<const sockaddr_in&>(local).sin_port) != h.port()) continue;
+    ++seen;
+    EXPECT_TRUE(::fcntl(fd, F_GETFD) & FD_CLOEXEC) << "socket " << fd << " of the head's port is inherited by exec";
+  }
+  EXPECT_EQ(seen, 3u);
+  ::close(idle);
+}
+
+// Found in review of the Asio head: a failed handshake was no longer logged,
+// so a member refused for a wrong token left no trace in the head's log.
+TEST(bridge_head, a_handshake_that_fails_is_said_in_the_heads_log) {
+  head h({.token = token});
+  ::testing::internal::CaptureStderr();
+  const int wrong = connect_to("127.0.0.1", h.port(), 5s);
+  EXPECT_THROW(authenticate_to_head(wrong, std::string(64, '0')), auth_error);
+  const bool closed = closed_by_head(wrong, 10s);
+  ::close(wrong);
+  ASSERT_TRUE(manta::testing::eventually([&] { return h.connections() == 0; }, 10s)) << h.connections();
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(closed);
+  EXPECT_NE(said.find("manta head: dropped a peer (127.0.0.1"), std::string::npos) << said;
+  EXPECT_NE(said.find("wrong cluster token"), std::string::npos) << said;
 }
 
 // Issue 31 (review): TLS sessions lived in a process-wide map keyed by
