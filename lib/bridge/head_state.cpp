@@ -258,9 +258,7 @@ void head_state::lose_member(member& c, const std::string& why, std::vector<outg
         if (!it->second.complete) {  // its node drops the parts it has
           if (node) out.push_back({node, frame_type::part, abort_part(it->first)});
         } else if (node && !node->done && it->second.actor.empty()) {
-          auto cancel = std::make_shared<std::string>(sizeof it->first, '\0');
-          std::memcpy(cancel->data(), &it->first, sizeof it->first);
-          out.push_back({node, frame_type::cancel_task, std::move(cancel)});
+          out.push_back({node, frame_type::cancel_task, std::make_shared<std::string>(encode_cancel(it->first))});
         }
         if (!it->second.node.empty()) --running_[it->second.node];  // (empty: held for a restarting actor)
         drop_route(it);

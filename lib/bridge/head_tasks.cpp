@@ -382,9 +382,7 @@ void head_state::forget_frames(routed_task& r) {
 }
 
 void head_state::cancel_routed(const member& driver, std::string_view body, std::vector<outgoing>& out) {
-  std::uint64_t driver_id = 0;
-  if (body.size() != sizeof driver_id) throw wire_error("manta bridge: a malformed cancel_task");
-  std::memcpy(&driver_id, body.data(), sizeof driver_id);
+  const std::uint64_t driver_id = decode_cancel(body);
   for (auto& [id, r] : routed_) {
     if (r.driver_id != driver_id || r.driver.lock().get() != &driver) continue;
     r.retries_left = 0;    // nobody waits for it: not run again if its node is lost
@@ -393,9 +391,7 @@ void head_state::cancel_routed(const member& driver, std::string_view body, std:
       return;
     }
     if (auto node = r.node_connection.lock(); node && !node->done) {
-      auto cancel = std::make_shared<std::string>(sizeof id, '\0');
-      std::memcpy(cancel->data(), &id, sizeof id);
-      out.push_back({node, frame_type::cancel_task, std::move(cancel)});
+      out.push_back({node, frame_type::cancel_task, std::make_shared<std::string>(encode_cancel(id))});
     }
     return;
   }

@@ -412,6 +412,13 @@ task_outcome decode_outcome_head(std::string_view start, std::uint64_t total) {
   return o;
 }
 
+std::string encode_cancel(std::uint64_t id) { return std::string(reinterpret_cast<const char*>(&id), sizeof id); }
+
+std::uint64_t decode_cancel(std::string_view body) {
+  if (body.size() != sizeof(std::uint64_t)) throw wire_error("manta bridge: a malformed cancel_task");
+  return peek_id(body);
+}
+
 std::uint64_t peek_id(std::string_view body) {
   if (body.size() < sizeof(std::uint64_t)) throw wire_error("manta bridge: a task frame without its number");
   std::uint64_t id;

@@ -230,6 +230,12 @@ std::string encode_actor_end(const actor_end& e);
 /// @throws wire_error if the body is malformed
 actor_end decode_actor_end(std::string_view body);
 
+/// A cancel_task frame's body: the number of the task to cancel (the sender's
+/// own for a driver's, the head's for what it sends a node).
+std::string encode_cancel(std::uint64_t id);
+/// @throws wire_error if the body is not one number
+std::uint64_t decode_cancel(std::string_view body);
+
 /// The task's number, read from an encoded task or outcome without decoding
 /// the rest (the head renumbers what it forwards). @throws wire_error
 std::uint64_t peek_id(std::string_view body);

@@ -47,7 +47,7 @@ enum class frame_type : std::uint16_t {
   cluster_update = 14,  ///< head -> driver: the node table (JSON), whenever it changes
   part = 15,            ///< either way: a piece of a long frame (part_header, then the bytes)
   actor_end = 16,       ///< driver -> head -> node: an actor's handles are gone, or it is killed (JSON)
-  cancel_task = 17,     ///< driver -> head -> node: cancel a task sent before (its 8-byte number)
+  cancel_task = 17,     ///< driver -> head -> node: cancel a task sent before (encode_cancel)
   fetch_object = 18,    ///< node -> head -> driver: send me this object (object_note)
   object_lost = 19,     ///< driver or head -> node: that object cannot be sent (object_note)
   object_freed = 20,    ///< driver -> head -> nodes holding it: drop your copy (object_note)

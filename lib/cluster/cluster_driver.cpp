@@ -215,7 +215,7 @@ void cluster_driver::end_actor(const std::string& key, bool kill) {
 }
 
 void cluster_driver::cancel(std::uint64_t id) {
-  send_control(bridge::frame_type::cancel_task, std::string(reinterpret_cast<const char*>(&id), sizeof id));
+  send_control(bridge::frame_type::cancel_task, bridge::encode_cancel(id));
 }
 
 bridge::actor_lookup cluster_driver::find_actor(const std::string& name) {
@@ -438,10 +438,8 @@ void cluster_driver::take_frame(bridge::frame&& f) {
   if (f.type == bridge::frame_type::run_task) {  // a call of an actor this node offered
     host_staged_.push_back(bridge::decode_task(std::move(f.body)));  // malformed: throws, and the link ends
     host_staged_.back().landed = std::move(f.landed);
-  } else if (f.type == bridge::frame_type::cancel_task && f.body.size() == sizeof(std::uint64_t)) {
-    std::uint64_t call = 0;  // a call of an offered actor, cancelled by its caller
-    std::memcpy(&call, f.body.data(), sizeof call);
-    cancels_staged_.push_back(call);
+  } else if (f.type == bridge::frame_type::cancel_task) {  // a call of an offered actor, cancelled by its caller
+    cancels_staged_.push_back(bridge::decode_cancel(f.body));  // malformed: throws, and the link ends
   } else if (f.type == bridge::frame_type::task_result) {
     inbound in;
     // (Values that landed in the arena are not in the body: decode_outcome is told which.)

@@ -100,8 +100,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
             a.task.landed = std::move(f.landed);
           }
           else if (f.type == bridge::frame_type::actor_end) a.end = bridge::decode_actor_end(f.body);
-          else if (f.type == bridge::frame_type::cancel_task && f.body.size() == sizeof(std::uint64_t))
-            std::memcpy(&a.cancel.emplace(), f.body.data(), sizeof(std::uint64_t));
+          else if (f.type == bridge::frame_type::cancel_task) a.cancel = bridge::decode_cancel(f.body);
           else if (f.type == bridge::frame_type::object_lost || f.type == bridge::frame_type::object_freed)
             a.note = bridge::decode_object_note(f.body), a.note_type = f.type;
           else continue;

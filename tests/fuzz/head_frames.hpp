@@ -144,7 +144,7 @@ inline std::pair<frame_type, std::string> a_frame(input& in, std::uint8_t what, 
     case 7: {
       type = frame_type::cancel_task;
       const std::uint64_t id = !known.empty() && in.byte() % 2 ? known[in.byte() % known.size()] : in.u64(1);
-      body.assign(reinterpret_cast<const char*>(&id), sizeof id);
+      body = encode_cancel(id);
       break;
     }
     case 8:
