@@ -22,18 +22,7 @@
 
 namespace manta::runtime {
 
-using remote::failed_outcome;
-using remote::unfetched;
-using remote::usage_failure;
-using remote::actor_table;
-using remote::job;
-using remote::object_table;
-using remote::awaited;
-using remote::done_with;
-using remote::finish;
-using remote::keep_failed;
-using remote::keep_object;
-using remote::start;
+using namespace remote;  // (the jobs both serving sides run: remote_jobs.hpp)
 
 void cluster_driver::host_loop() {
   // As a node serves the head's tasks (serve_as_node), for calls alone: each

@@ -36,20 +36,7 @@
 
 namespace manta::runtime {
 
-using remote::failed_outcome;
-using remote::unfetched;
-using remote::usage_failure;
-using remote::actor_table;
-using remote::job;
-using remote::object_table;
-using remote::awaited;
-using remote::done_with;
-using remote::end_actor;
-using remote::finish;
-using remote::has_objects;
-using remote::keep_failed;
-using remote::keep_object;
-using remote::start;
+using namespace remote;  // (the jobs both serving sides run: remote_jobs.hpp)
 
 std::string serve_as_node(node_runtime& rt, const std::string& address, const std::string& token) {
   std::mutex mu;  // inbox, ended, done
