@@ -210,6 +210,13 @@ TEST_F(cluster, a_node_waiting_for_its_tasks_results_sleeps_until_one_is_sealed)
   EXPECT_EQ(with_two_nodes("service_sleeps"), std::make_pair(0, 0));
 }
 
+// Found in review of the seal event: answers made in a round that then
+// sleeps (a cancel of a task still waiting on the node) stayed in the node's
+// outbox until a result was sealed.
+TEST_F(cluster, a_task_cancelled_while_waiting_on_its_node_is_answered_at_once) {
+  EXPECT_EQ(with_two_nodes("cancel_waiting", "special", "rare"), std::make_pair(0, 0));
+}
+
 TEST_F(cluster, a_driver_killed_while_its_long_task_streams_out_leaves_the_node_serving) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "a gigabyte through ThreadSanitizer's shadow memory: left to the other builds (as the heavy tests)";

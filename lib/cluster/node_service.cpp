@@ -392,6 +392,7 @@ std::string serve_as_node(node_runtime& rt, const std::string& address, const st
     if (!running.empty() && !lost && arrived.empty() && all_awaited(rt, running, objects)) {
       // Nothing done yet: sleep until something is, or tasks arrive (they wake
       // it), or a connection ends (so does that).
+      flush();  // (answers made this round, cancels and objects kept, go before the sleep)
       raised waiting(waits_for_results);
       rt.wait_sealed(seen, [&] { return arrivals.load() != taken_arrivals || member.link_ended(); });
     }
