@@ -1,5 +1,5 @@
-// bridge_support.hpp: what the bridge's tests share: a silence limit for a
-// scope, and a long task as a driver sends one.
+// bridge_support.hpp: what the bridge's tests share: a long task as a driver
+// sends one (a silence limit for a scope is in support.hpp).
 #pragma once
 
 #include <cstdint>
@@ -10,26 +10,11 @@
 #include "bridge/node_link.hpp"
 #include "bridge/task_wire.hpp"
 #include "bridge/wire.hpp"
+#include "support.hpp"
 
 namespace manta::testing {
 
 using namespace manta::bridge;
-
-/// Sets MANTA_SILENCE_LIMIT_S for this scope (members made in it read it).
-class silence_limit_of {
- public:
-  explicit silence_limit_of(const char* seconds) {
-    if (const char* was = std::getenv("MANTA_SILENCE_LIMIT_S")) before_ = was;
-    ::setenv("MANTA_SILENCE_LIMIT_S", seconds, 1);
-  }
-  ~silence_limit_of() {
-    if (before_.empty()) ::unsetenv("MANTA_SILENCE_LIMIT_S");
-    else ::setenv("MANTA_SILENCE_LIMIT_S", before_.c_str(), 1);
-  }
-
- private:
-  std::string before_;
-};
 
 /// A task for "f" whose arguments are `bytes` long: a long frame (it goes in
 /// parts), its header and its arguments, as the runtime sends one.

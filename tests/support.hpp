@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
@@ -103,5 +104,21 @@ class fifo_gate {
 /// In a task or actor: returns once the test opens the gate at `path`.
 /// @throws std::runtime_error if the pipe cannot be read.
 void wait_at_gate(const std::string& path);
+
+/// Sets MANTA_SILENCE_LIMIT_S for this scope (members made in it read it).
+class silence_limit_of {
+ public:
+  explicit silence_limit_of(const char* seconds) {
+    if (const char* was = std::getenv("MANTA_SILENCE_LIMIT_S")) before_ = was;
+    ::setenv("MANTA_SILENCE_LIMIT_S", seconds, 1);
+  }
+  ~silence_limit_of() {
+    if (before_.empty()) ::unsetenv("MANTA_SILENCE_LIMIT_S");
+    else ::setenv("MANTA_SILENCE_LIMIT_S", before_.c_str(), 1);
+  }
+
+ private:
+  std::string before_;
+};
 
 }  // namespace manta::testing
