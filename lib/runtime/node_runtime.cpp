@@ -229,10 +229,10 @@ node_runtime::node_runtime(const options& opts)
   });
   try {
     if (opts_.memory_threshold > 0)
-      monitor_ = std::make_unique<memory_monitor>(opts_.memory_threshold, [this](const memory_usage& m) {
+      monitor_ = std::make_unique<memory_monitor>(opts_.memory_threshold, [this](const memory_usage&) {
         process::context_use use;
         scheduler_lock lock(*this);
-        sched_->kill_for_memory(m, opts_.memory_threshold);
+        sched_->kill_for_memory(read_memory_usage, opts_.memory_threshold);
       });
     start_arena_warming();
   } catch (const std::exception& e) {

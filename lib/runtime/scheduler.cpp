@@ -652,10 +652,12 @@ void scheduler::expire_timeouts(std::chrono::steady_clock::time_point now) {
   dispatch();
 }
 
-bool scheduler::kill_for_memory(const memory_usage& m, double threshold) {
+bool scheduler::kill_for_memory(const std::function<memory_usage()>& read_usage, double threshold) {
   if (!cfg_.control || lost_ || stopping_) return false;
   for (int i = 0; i < slots_in_use(); ++i)
     if (link(i).killed_for_memory && link(i).st == worker_link::state::alive) return false;  // not dead yet
+  const memory_usage m = read_usage();
+  if (m.fraction() <= threshold) return false;
   worker_link* victim = nullptr;
   task_spec* newest = nullptr;
   bool newest_retriable = false;

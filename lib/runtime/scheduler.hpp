@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -195,11 +196,13 @@ class scheduler {
   /// timeout_error and its process is killed (what else ran there is retried
   /// uncharged, as for cancel).
   void expire_timeouts(std::chrono::steady_clock::time_point now);
-  /// The machine's memory is above `threshold` (memory_monitor): kills the pool
-  /// worker running the most recently sent task, retriable ones first. One at a
-  /// time: nothing while the last one killed has not died yet.
+  /// The machine's memory was above `threshold` (memory_monitor): kills the
+  /// pool worker running the most recently sent task, retriable ones first. One
+  /// at a time: nothing while the last one killed has not died yet. Memory is
+  /// read (`read_usage`) once that is known, under the scheduler's lock: a
+  /// reading taken before the last victim died would still count its memory.
   /// @returns whether a process was killed.
-  bool kill_for_memory(const memory_usage& m, double threshold);
+  bool kill_for_memory(const std::function<memory_usage()>& read_usage, double threshold);
 
   // ---- actors
   /// Reserves `name` for the actor whose handles point to `entry`; false if taken.
