@@ -178,7 +178,7 @@ TEST(messages, small_messages_round_trip) {
   }
   {
     std::vector<object_id> ids{c};
-    framed f(put{a, {ids, no_offset, 1}, {3, 100000, 64, nullptr}});
+    framed f(ipc::put{a, {ids, no_offset, 1}, {3, 100000, 64, nullptr}});
     auto r = f.reader();
     auto back = put::read(r);
     EXPECT_EQ(back.id, a);

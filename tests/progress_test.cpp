@@ -79,7 +79,9 @@ TEST_F(progress, worker_output_goes_above_the_bar) {
     spoken += worker;
     bars += bar;
     EXPECT_FALSE(worker && bar) << "a worker line on the bar's line: " << line << "\n" << pane;
-    if (worker) EXPECT_EQ(line.rfind("(pid=", 0), 0u) << line;
+    if (worker) {
+      EXPECT_EQ(line.rfind("(pid=", 0), 0u) << line;
+    }
   }
   EXPECT_EQ(spoken, 100) << pane;
   EXPECT_EQ(bars, 1) << "one bar at the end, none left behind: " << pane;

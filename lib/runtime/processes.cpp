@@ -91,7 +91,7 @@ void scheduler::spawned(int slot, pid_t pid, int to_process, int from_process) {
   }
   worker_link& w = link(slot);
   w.pid = pid;
-  MANTA_DEBUG << (slot >= cfg_.pool_size ? "process" : "pool worker") << " pid " << pid << " started in slot " << slot;
+  MANTA_DEBUG << (static_cast<std::size_t>(slot) >= cfg_.pool_size ? "process" : "pool worker") << " pid " << pid << " started in slot " << slot;
   w.out_fd = to_process;
   w.in_fd = from_process;
   ipc::own_fd(to_process);

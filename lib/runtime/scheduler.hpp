@@ -476,6 +476,9 @@ class scheduler {
   /// At least the arguments' bytes of the tasks in remote_: added to as each
   /// goes, counted exactly only when it would hold one back.
   std::size_t remote_bytes_bound_ = 0;
+  /// The bytes a remote task carries: its blob, and its stored arguments sent as
+  /// values (one sent by reference travels once per node, not with the task).
+  static std::size_t carried_bytes(const task_spec& t);
   /// Sends waiting remote tasks while fewer than max_remote_in_flight are out.
   void send_waiting_remote();
   bool sending_remote_ = false;  ///< send_waiting_remote is on the stack (it may dispatch a remote actor's calls)
