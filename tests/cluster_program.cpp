@@ -30,6 +30,7 @@
 
 #include <manta/detail/introspect.hpp>
 #include <manta/manta.hpp>
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -797,7 +798,7 @@ void actors() {
 }
 
 /// A count the head's table gives each node (`manta status --json`): "objects"
-/// (copies of stored objects), "actors", by node id.
+/// (copies of stored objects), "actors", "tasks_running", by node id.
 std::map<std::string, int> objects_on_nodes(const std::string& field = "objects") {
   std::map<std::string, int> out;
   const std::string cmd = std::string(std::getenv("CLUSTER_CLI")) + " status --json --log-dir " +
@@ -807,15 +808,10 @@ std::map<std::string, int> objects_on_nodes(const std::string& field = "objects"
   char buf[4096];
   for (std::size_t n; p && (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
   if (p) ::pclose(p);
-  // Each node's row: "actors", "address", ..., "id", ..., "objects", "pid" (keys sorted).
-  const std::string key = "\"" + field + "\": ";
-  for (std::size_t at = 0; (at = text.find("\"id\": \"", at)) != std::string::npos;) {
-    const std::size_t from = at + 7, to = text.find('"', from);
-    const std::size_t row = text.rfind('{', at), end = text.find('}', at);
-    const std::size_t count = text.find(key, row);
-    if (count != std::string::npos && count < end) out[text.substr(from, to - from)] = std::atoi(text.c_str() + count + key.size());
-    at = to;
-  }
+  const auto start = text.find('{');
+  const auto table = nlohmann::json::parse(start == std::string::npos ? "" : text.substr(start), nullptr, false);
+  if (table.is_discarded() || !table.contains("nodes")) return out;
+  for (const auto& n : table["nodes"]) out[n.value("id", "")] = n.value(field, 0);
   return out;
 }
 
@@ -1817,20 +1813,7 @@ void service_sleeps() {
 }
 
 /// The tasks the head counts as running on nodes (`manta status --json`).
-int tasks_on_nodes() {
-  const std::string cmd = std::string(std::getenv("CLUSTER_CLI")) + " status --json --log-dir " +
-                          std::getenv("CLUSTER_DIR") + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string text;
-  char buf[4096];
-  for (std::size_t n; p && (n = std::fread(buf, 1, sizeof buf, p)) > 0;) text.append(buf, n);
-  if (p) ::pclose(p);
-  int total = 0;
-  const std::string key = "\"tasks_running\": ";
-  for (std::size_t at = 0; (at = text.find(key, at)) != std::string::npos; at += key.size())
-    total += std::atoi(text.c_str() + at + key.size());
-  return total;
-}
+int tasks_on_nodes() { return total(objects_on_nodes("tasks_running")); }
 
 /// A task cancelled while it waits on its node behind 64 others (not yet in
 /// the node's runtime) is answered by the node at once, though nothing there
