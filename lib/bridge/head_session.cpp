@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <utility>
 
+#include <boost/asio/defer.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
@@ -348,7 +349,11 @@ void head::connection::send(frame_type type, std::shared_ptr<const std::string> 
       write_limit_ = io_clock::time_point::max();
     }
   }
-  if (start) asio::post(socket_.get_executor(), [self = shared_from_this()] { self->write_next(); });
+  // Deferred, not posted: from a session's handler (a relay) the write starts
+  // on this thread once the handler returns, instead of waking another thread
+  // for it (posting made the head switch threads 40% more often than the
+  // pre-Asio head; the write's later steps still run on any thread).
+  if (start) asio::defer(socket_.get_executor(), [self = shared_from_this()] { self->write_next(); });
 }
 
 void head::connection::write_next() {
