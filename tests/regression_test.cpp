@@ -40,10 +40,7 @@ using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 using manta::testing::runtime_fixture;
 using manta::testing::temp_path;
-using manta::testing::in_child;
 using manta::testing::left;
-using manta::testing::seconds_since;
-using manta::testing::skip_child;
 
 // ---- helpers
 
